@@ -1,0 +1,97 @@
+/* Models: load a GGUF architecture and run its forward pass.
+ *
+ * Forward pass contract (DESIGN.md §4): one call evaluates a batch of tokens
+ * that may belong to several sequences, each token with its sequence id and
+ * position, and returns logits only for the tokens that ask for them. KV for
+ * each sequence lives in fixed-size blocks of the ft_kv_cache.
+ */
+#ifndef FT_MODEL_H
+#define FT_MODEL_H
+
+#include "ft/gguf.h"
+#include "ft/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ft_model;
+struct ft_kv_cache;
+struct ft_threadpool;
+
+enum ft_arch {
+    FT_ARCH_LLAMA,
+    FT_ARCH_QWEN2,
+    FT_ARCH_QWEN3,
+    FT_ARCH_GEMMA3,
+};
+
+/* Hyper-parameters read from `<arch>.*` metadata. */
+struct ft_hparams {
+    enum ft_arch arch;
+    char arch_name[32];
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim_k; /* key_length (default n_embd / n_head) */
+    int32_t head_dim_v; /* value_length */
+    int32_t n_ff;
+    int32_t n_rot;      /* rope.dimension_count */
+    float norm_eps;
+    float rope_freq_base;
+    float rope_freq_base_swa; /* gemma3 local layers */
+    float rope_freq_scale;
+    int32_t sliding_window;   /* 0 = none */
+    int32_t swa_pattern;      /* gemma3: every swa_pattern-th layer is global */
+    bool rope_neox;
+    bool tied_output;
+};
+
+struct ft_model_params {
+    int n_threads; /* <= 0: one per physical core */
+};
+
+int ft_model_load(const char *path, const struct ft_model_params *params, struct ft_model **out);
+void ft_model_free(struct ft_model *m); /* accepts NULL */
+
+const struct ft_hparams *ft_model_hparams(const struct ft_model *m);
+const struct ft_tokenizer *ft_model_tokenizer(const struct ft_model *m);
+const struct ft_gguf *ft_model_gguf(const struct ft_model *m);
+/* Bytes of KV cache one token takes across all layers (F16 K and V). */
+size_t ft_model_kv_bytes_per_token(const struct ft_model *m);
+
+/* A batch: n_tokens entries, each with its sequence, position and whether
+ * logits are wanted. Logits are written row by row, in batch order, for the
+ * entries with want_logits set. */
+struct ft_batch {
+    int32_t n_tokens;
+    const int32_t *token;
+    const int32_t *pos;
+    const int32_t *seq_id;
+    const bool *want_logits;
+};
+
+/* KV cache: n_blocks blocks of FT_KV_BLOCK_TOKENS tokens shared by up to
+ * max_seqs sequences, each with its own block table. */
+#define FT_KV_BLOCK_TOKENS 16
+
+int ft_kv_cache_new(const struct ft_model *m, int32_t n_ctx, int32_t max_seqs,
+                    struct ft_kv_cache **out);
+void ft_kv_cache_free(struct ft_kv_cache *kv); /* accepts NULL */
+/* Tokens currently held for a sequence (positions 0..len-1). */
+int32_t ft_kv_cache_seq_len(const struct ft_kv_cache *kv, int32_t seq);
+/* Drop positions >= pos of a sequence (0 clears it) and free its blocks. */
+void ft_kv_cache_seq_truncate(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
+int32_t ft_kv_cache_n_ctx(const struct ft_kv_cache *kv);     /* max tokens per sequence */
+int32_t ft_kv_cache_blocks_free(const struct ft_kv_cache *kv);
+int32_t ft_kv_cache_blocks_total(const struct ft_kv_cache *kv);
+
+/* Evaluate a batch. Positions of a sequence in the batch must continue its
+ * cache (pos == current length, increasing by one). logits must hold
+ * (number of want_logits entries) * n_vocab floats. */
+int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
+                     float *logits);
+
+#endif

@@ -1,0 +1,73 @@
+/* Tokenizers read from GGUF `tokenizer.ggml.*` metadata:
+ *   - "llama": SentencePiece-style (scores, byte fallback, ▁ for spaces);
+ *   - "gpt2":  byte-level BPE (merges) with the pre-tokenizer named by
+ *              `tokenizer.ggml.pre` (llama-bpe/llama3, qwen2, gpt2, ...).
+ * Conformance: exact token-for-token equality with the vectors in
+ * ../shared/vocab/.
+ */
+#ifndef FT_TOKENIZER_H
+#define FT_TOKENIZER_H
+
+#include "ft/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ft_tokenizer;
+
+/* Build from a reader; the tokenizer copies what it needs, so the reader may
+ * be closed afterwards. FT_EUNSUPPORTED names an unknown model/pre. */
+int ft_tokenizer_load(const struct ft_gguf *g, struct ft_tokenizer **out);
+void ft_tokenizer_free(struct ft_tokenizer *t); /* accepts NULL */
+
+int32_t ft_tokenizer_n_vocab(const struct ft_tokenizer *t);
+int32_t ft_tokenizer_bos(const struct ft_tokenizer *t); /* -1 if none */
+int32_t ft_tokenizer_eos(const struct ft_tokenizer *t); /* -1 if none */
+bool ft_tokenizer_add_bos(const struct ft_tokenizer *t);
+bool ft_tokenizer_add_eos(const struct ft_tokenizer *t);
+/* End of generation: eos, eot, <end_of_turn>, <|im_end|>, <|eot_id|>, ... */
+bool ft_tokenizer_is_eog(const struct ft_tokenizer *t, int32_t id);
+/* Control/special token (rendered as nothing when decoding plain text). */
+bool ft_tokenizer_is_control(const struct ft_tokenizer *t, int32_t id);
+/* Token id of an exact piece ("<end_of_turn>"), or -1. */
+int32_t ft_tokenizer_find(const struct ft_tokenizer *t, const char *piece, size_t len);
+/* The raw vocabulary string of a token (as stored in GGUF). */
+struct ft_str ft_tokenizer_piece_raw(const struct ft_tokenizer *t, int32_t id);
+
+/* Tokenize UTF-8 text (invalid UTF-8 is FT_EINVAL). add_special adds BOS/EOS
+ * as the vocabulary asks; parse_special turns control-token text such as
+ * "<start_of_turn>" into their ids. `*out` is malloc'd (caller frees). */
+int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special,
+                bool parse_special, int32_t **out, size_t *n_out);
+
+/* The bytes a token stands for when decoding (byte-fallback tokens give the
+ * raw byte, ▁ gives a space, byte-level BPE symbols their bytes; control
+ * tokens give "" unless render_special). Returns the byte count (may exceed
+ * cap, as snprintf; nothing beyond cap is written) or a negative FT_E*. */
+int ft_token_to_piece(const struct ft_tokenizer *t, int32_t id, bool render_special, char *buf,
+                      size_t cap);
+
+/* Incremental detokenizer for streaming: feed tokens one at a time and get
+ * back only complete UTF-8 characters; an incomplete sequence is held until
+ * the next token completes it, and ft_detok_flush() returns what is left
+ * (invalid bytes replaced with U+FFFD). Handles the SentencePiece rule that
+ * the first token's leading space is dropped when BOS was added. */
+struct ft_detok {
+    const struct ft_tokenizer *t;
+    char pending[8];
+    int n_pending;
+    bool at_start;
+    bool render_special;
+};
+void ft_detok_init(struct ft_detok *d, const struct ft_tokenizer *t, bool render_special);
+/* Appends the complete text produced by `id` to out (cap bytes); returns the
+ * number of bytes written or a negative FT_E* (FT_ERANGE if cap too small;
+ * 64 bytes always suffice for one token plus pending bytes). */
+int ft_detok_push(struct ft_detok *d, int32_t id, char *out, size_t cap);
+int ft_detok_flush(struct ft_detok *d, char *out, size_t cap);
+
+/* UTF-8 validation (strict: no overlongs, no surrogates, <= U+10FFFF). */
+bool ft_utf8_valid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,65 @@
+/* The per-type table: static facts for every GGUF type id, and the
+ * reference row operations (simd/quant_ref.c) for the types FreeToken runs.
+ * Block and type sizes are those of ggml; they define the on-disk format. */
+#include "ft/types.h"
+
+#include <stddef.h>
+
+#define T(id, nm, bs, ts, q) [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q}
+
+static struct ft_type_info g_info[FT_TYPE_COUNT] = {
+    T(FT_TYPE_F32, "F32", 1, 4, false),
+    T(FT_TYPE_F16, "F16", 1, 2, false),
+    T(FT_TYPE_Q4_0, "Q4_0", 32, 18, true),
+    T(FT_TYPE_Q4_1, "Q4_1", 32, 20, true),
+    T(FT_TYPE_Q5_0, "Q5_0", 32, 22, true),
+    T(FT_TYPE_Q5_1, "Q5_1", 32, 24, true),
+    T(FT_TYPE_Q8_0, "Q8_0", 32, 34, true),
+    T(FT_TYPE_Q8_1, "Q8_1", 32, 36, true),
+    T(FT_TYPE_Q2_K, "Q2_K", 256, 84, true),
+    T(FT_TYPE_Q3_K, "Q3_K", 256, 110, true),
+    T(FT_TYPE_Q4_K, "Q4_K", 256, 144, true),
+    T(FT_TYPE_Q5_K, "Q5_K", 256, 176, true),
+    T(FT_TYPE_Q6_K, "Q6_K", 256, 210, true),
+    T(FT_TYPE_Q8_K, "Q8_K", 256, 292, true),
+    T(FT_TYPE_IQ2_XXS, "IQ2_XXS", 256, 66, true),
+    T(FT_TYPE_IQ2_XS, "IQ2_XS", 256, 74, true),
+    T(FT_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98, true),
+    T(FT_TYPE_IQ1_S, "IQ1_S", 256, 50, true),
+    T(FT_TYPE_IQ4_NL, "IQ4_NL", 32, 18, true),
+    T(FT_TYPE_IQ3_S, "IQ3_S", 256, 110, true),
+    T(FT_TYPE_IQ2_S, "IQ2_S", 256, 82, true),
+    T(FT_TYPE_IQ4_XS, "IQ4_XS", 256, 136, true),
+    T(FT_TYPE_I8, "I8", 1, 1, false),
+    T(FT_TYPE_I16, "I16", 1, 2, false),
+    T(FT_TYPE_I32, "I32", 1, 4, false),
+    T(FT_TYPE_I64, "I64", 1, 8, false),
+    T(FT_TYPE_F64, "F64", 1, 8, false),
+    T(FT_TYPE_IQ1_M, "IQ1_M", 256, 56, true),
+    T(FT_TYPE_BF16, "BF16", 1, 2, false),
+    T(FT_TYPE_TQ1_0, "TQ1_0", 256, 54, true),
+    T(FT_TYPE_TQ2_0, "TQ2_0", 256, 66, true),
+    T(FT_TYPE_MXFP4, "MXFP4", 32, 17, true),
+};
+
+const struct ft_type_info *ft_type_info(enum ft_type t) {
+    if ((unsigned)t >= FT_TYPE_COUNT || g_info[t].name == NULL)
+        return NULL;
+    return &g_info[t];
+}
+
+const struct ft_type_info *ft_type_traits_ref(enum ft_type t) { return ft_type_info(t); }
+
+const struct ft_type_info *ft_type_traits(enum ft_type t) { return ft_type_info(t); }
+
+const char *ft_type_name(enum ft_type t) {
+    const struct ft_type_info *i = ft_type_info(t);
+    return i ? i->name : "?";
+}
+
+size_t ft_row_size(enum ft_type t, int64_t n) {
+    const struct ft_type_info *i = ft_type_info(t);
+    if (!i || n < 0 || n % i->blck_size != 0)
+        return 0;
+    return (size_t)(n / i->blck_size) * i->type_size;
+}

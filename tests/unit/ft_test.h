@@ -1,0 +1,91 @@
+/* Minimal unit-test helpers shared by tests/unit/test_*.c.
+ * A failed CHECK prints file:line and the expression, counts a failure and
+ * continues; main() returns ft_test_finish(). Exit code 77 means "skipped"
+ * (ctest SKIP_RETURN_CODE), used when ../shared is absent. */
+#ifndef FT_TEST_H
+#define FT_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int ft_test_failures;
+static int ft_test_checks;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        ft_test_checks++;                                                            \
+        if (!(cond)) {                                                               \
+            ft_test_failures++;                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                            \
+    } while (0)
+
+#define CHECKF(cond, ...)                                                            \
+    do {                                                                             \
+        ft_test_checks++;                                                            \
+        if (!(cond)) {                                                               \
+            ft_test_failures++;                                                      \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fputc('\n', stderr);                                                     \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b) CHECKF((long long)(a) == (long long)(b), "%lld != %lld", (long long)(a), (long long)(b))
+#define CHECK_NEAR(a, b, tol) CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", (double)(a), (double)(b), (double)(tol))
+
+static inline int ft_test_finish(const char *name) {
+    if (ft_test_failures) {
+        fprintf(stderr, "%s: %d of %d checks FAILED\n", name, ft_test_failures, ft_test_checks);
+        return 1;
+    }
+    printf("%s: %d checks passed\n", name, ft_test_checks);
+    return 0;
+}
+
+/* Directory of ../shared, or NULL (the caller skips with exit 77). */
+static inline const char *ft_test_shared_dir(void) {
+    const char *d = getenv("FT_SHARED_DIR");
+    if (!d || !*d)
+        return NULL;
+    char probe[4096];
+    snprintf(probe, sizeof(probe), "%s/models/README.md", d);
+    FILE *f = fopen(probe, "r");
+    if (!f)
+        return NULL;
+    fclose(f);
+    return d;
+}
+
+#define FT_TEST_SKIP(...)                      \
+    do {                                       \
+        printf("SKIP: " __VA_ARGS__);          \
+        printf("\n");                          \
+        exit(77);                              \
+    } while (0)
+
+/* Read a whole file into a malloc'd NUL-terminated buffer. */
+static inline char *ft_test_read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        if (size)
+            *size = (size_t)n;
+    }
+    return buf;
+}
+
+#endif
