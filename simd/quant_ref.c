@@ -1,0 +1,1195 @@
+/* Scalar reference quantization: GGUF block formats, bit-compatible with
+ * ggml (llama.cpp build 80fb11a, ggml-quants.c and ggml-cpu/quants.c).
+ *
+ * For each type there are three operations:
+ *   quantize   = ggml's quantize_row_*_ref: the bytes llama-quantize writes
+ *                without an importance matrix. Same algorithm, same float
+ *                operation order, same rounding tricks (nearest_int(),
+ *                roundf(), truncating casts), so the bytes are identical.
+ *   dequantize = ggml's dequantize_row_*: the same floats.
+ *   vec_dot    = ggml's generic dot product against the activation type
+ *                (Q8_0, Q8_1 or Q8_K): the same integer sums, combined in
+ *                the same float order, so quantized matmuls agree with
+ *                llama.cpp's reference numerics.
+ * These are the answers the per-ISA kernels in simd/x86, simd/arm are
+ * tested against: clarity first, but no per-element indirect calls.
+ *
+ * Bit-exactness needs IEEE single-precision arithmetic done exactly as
+ * written: no contraction of a*b+c into a fused multiply-add (which
+ * -march=native would otherwise allow), no reassociation (never build this
+ * file with -ffast-math).
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "quant_ref.h"
+
+#include "fp16.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define GROUP_MAX_EPS 1e-15f /* ggml: a group below this is all zeros */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+static inline int iclamp(int v, int lo, int hi) { return imax(lo, imin(hi, v)); }
+
+/* Round to nearest, ties to even, for |f| <= 2^22: adding 1.5 * 2^23 puts
+ * the integer in the low mantissa bits (the FPU rounds). ggml uses exactly
+ * this, and its ties-to-even differ from roundf(), so we must too. */
+static inline int nearest_int(float f) {
+    const float v = f + 12582912.f;
+    return (int)(ft_f32_bits(v) & 0x007fffffu) - 0x00400000;
+}
+
+/* ======================================================================== */
+/* F32: the identity, and a dot product accumulated in double as ggml's     */
+/* scalar ggml_vec_dot_f32 does.                                            */
+
+void ft_dequantize_row_f32_ref(const void *restrict x, float *restrict y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+void ft_quantize_row_f32_ref(const float *restrict x, void *restrict y, int64_t n) {
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+void ft_vec_dot_f32_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const float *x = vx, *y = vy;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(x[i] * y[i]);
+    *s = (float)sum;
+}
+
+/* ======================================================================== */
+/* F16 / BF16: conversions in simd/fp16.c; products of the converted floats */
+/* rounded to float, accumulated in double (ggml_vec_dot_f16/bf16 scalar).  */
+
+void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const uint16_t *x = vx, *y = vy;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
+    *s = (float)sum;
+}
+
+void ft_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const uint16_t *x = vx, *y = vy;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(ft_bfloat_to_float(x[i]) * ft_bfloat_to_float(y[i]));
+    *s = (float)sum;
+}
+
+/* ======================================================================== */
+/* Q8_0: symmetric 8-bit, d = amax / 127, q = roundf(x / d) (ties away from */
+/* zero, unlike the K-quants). Also the activation type of Q4_0/Q5_0/Q8_0.  */
+
+void ft_quantize_row_q8_0_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q8_0 *y = vy;
+    const int64_t nb = n / FT_QK8_0;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < FT_QK8_0; j++)
+            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]); /* ggml's MAX() */
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        for (int j = 0; j < FT_QK8_0; j++)
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+void ft_dequantize_row_q8_0_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q8_0 *x = vx;
+    const int64_t nb = n / FT_QK8_0;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK8_0) {
+        const float d = ft_half_to_float(x[i].d);
+        for (int j = 0; j < FT_QK8_0; j++)
+            y[j] = x[i].qs[j] * d;
+    }
+}
+
+void ft_vec_dot_q8_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q8_0 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int64_t nb = n / FT_QK8_0;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < FT_QK8_0; j++)
+            sumi += x[i].qs[j] * y[i].qs[j];
+        sumf += sumi * (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
+    }
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q8_1: Q8_0 plus s = d * sum(q), for the offset term of Q4_1/Q5_1 dots.   */
+/* Activation-only; ggml has no dequantizer for it, ours is x = d * q.      */
+
+void ft_quantize_row_q8_1_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q8_1 *y = vy;
+    const int64_t nb = n / FT_QK8_1;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK8_1) {
+        float amax = 0.0f;
+        for (int j = 0; j < FT_QK8_1; j++)
+            amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]); /* ggml's MAX() */
+        const float d = amax / 127;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        int sum = 0;
+        for (int j = 0; j < FT_QK8_1; j++) {
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            sum += y[i].qs[j];
+        }
+        y[i].s = ft_float_to_half(sum * d);
+    }
+}
+
+void ft_dequantize_row_q8_1_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q8_1 *x = vx;
+    const int64_t nb = n / FT_QK8_1;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK8_1) {
+        const float d = ft_half_to_float(x[i].d);
+        for (int j = 0; j < FT_QK8_1; j++)
+            y[j] = x[i].qs[j] * d;
+    }
+}
+
+/* ======================================================================== */
+/* Q4_0: symmetric 4-bit. d = max / -8 where max is the signed value of     */
+/* largest magnitude, so that value maps exactly to q = 0 (-8 * d) and the  */
+/* full range -8..7 is used; q = trunc(x / d + 8.5) capped at 15.           */
+
+void ft_quantize_row_q4_0_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q4_0 *y = vy;
+    const int64_t nb = n / FT_QK4_0;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK4_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < FT_QK4_0; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -8;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        for (int j = 0; j < FT_QK4_0 / 2; j++) {
+            const float x0 = x[j] * id;
+            const float x1 = x[j + FT_QK4_0 / 2] * id;
+            const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x0 + 8.5f));
+            const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x1 + 8.5f));
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+void ft_dequantize_row_q4_0_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q4_0 *x = vx;
+    const int64_t nb = n / FT_QK4_0;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK4_0) {
+        const float d = ft_half_to_float(x[i].d);
+        for (int j = 0; j < FT_QK4_0 / 2; j++) {
+            y[j] = ((x[i].qs[j] & 0x0f) - 8) * d;
+            y[j + FT_QK4_0 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void ft_vec_dot_q4_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q4_0 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int64_t nb = n / FT_QK8_0;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < FT_QK8_0 / 2; j++) {
+            sumi += ((x[i].qs[j] & 0x0f) - 8) * y[i].qs[j];
+            sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + FT_QK8_0 / 2];
+        }
+        sumf += sumi * ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d);
+    }
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q4_1: asymmetric 4-bit, m = min, d = (max - min) / 15,                   */
+/* q = trunc((x - m) / d + 0.5) capped at 15.                               */
+
+void ft_quantize_row_q4_1_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q4_1 *y = vy;
+    const int64_t nb = n / FT_QK4_1;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK4_1) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < FT_QK4_1; j++) {
+            if (x[j] < min)
+                min = x[j];
+            if (x[j] > max)
+                max = x[j];
+        }
+        const float d = (max - min) / 15;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        y[i].m = ft_float_to_half(min);
+        for (int j = 0; j < FT_QK4_1 / 2; j++) {
+            const float x0 = (x[j] - min) * id;
+            const float x1 = (x[j + FT_QK4_1 / 2] - min) * id;
+            const uint8_t q0 = (uint8_t)imin(15, (int8_t)(x0 + 0.5f));
+            const uint8_t q1 = (uint8_t)imin(15, (int8_t)(x1 + 0.5f));
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+void ft_dequantize_row_q4_1_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q4_1 *x = vx;
+    const int64_t nb = n / FT_QK4_1;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK4_1) {
+        const float d = ft_half_to_float(x[i].d);
+        const float m = ft_half_to_float(x[i].m);
+        for (int j = 0; j < FT_QK4_1 / 2; j++) {
+            y[j] = (x[i].qs[j] & 0x0f) * d + m;
+            y[j + FT_QK4_1 / 2] = (x[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+void ft_vec_dot_q4_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q4_1 *x = vx;
+    const ft_block_q8_1 *y = vy;
+    const int64_t nb = n / FT_QK8_1;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < FT_QK8_1 / 2; j++) {
+            sumi += (x[i].qs[j] & 0x0f) * y[i].qs[j];
+            sumi += (x[i].qs[j] >> 4) * y[i].qs[j + FT_QK8_1 / 2];
+        }
+        /* sum(d_x q_x d_y q_y) + m_x * sum(d_y q_y) = dx dy sumi + m s */
+        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi +
+                ft_half_to_float(x[i].m) * ft_half_to_float(y[i].s);
+    }
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q5_0 / Q5_1: Q4_0 / Q4_1 with one more bit per quant, kept in qh.        */
+
+static inline uint32_t load_qh(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+static inline void store_qh(uint8_t qh[4], uint32_t v) {
+    qh[0] = (uint8_t)v;
+    qh[1] = (uint8_t)(v >> 8);
+    qh[2] = (uint8_t)(v >> 16);
+    qh[3] = (uint8_t)(v >> 24);
+}
+
+/* q[j] and q[j+16] of a Q5 block: 4 low bits from qs, bit 4 from qh. */
+static inline int q5_lo(const uint8_t *qs, uint32_t qh, int j) {
+    return (qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+}
+static inline int q5_hi(const uint8_t *qs, uint32_t qh, int j) {
+    return (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+}
+
+void ft_quantize_row_q5_0_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q5_0 *y = vy;
+    const int64_t nb = n / FT_QK5_0;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK5_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < FT_QK5_0; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        uint32_t qh = 0;
+        for (int j = 0; j < FT_QK5_0 / 2; j++) {
+            const float x0 = x[j] * id;
+            const float x1 = x[j + FT_QK5_0 / 2] * id;
+            const uint8_t q0 = (uint8_t)imin(31, (int8_t)(x0 + 16.5f));
+            const uint8_t q1 = (uint8_t)imin(31, (int8_t)(x1 + 16.5f));
+            y[i].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + FT_QK5_0 / 2);
+        }
+        store_qh(y[i].qh, qh);
+    }
+}
+
+void ft_dequantize_row_q5_0_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q5_0 *x = vx;
+    const int64_t nb = n / FT_QK5_0;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK5_0) {
+        const float d = ft_half_to_float(x[i].d);
+        const uint32_t qh = load_qh(x[i].qh);
+        for (int j = 0; j < FT_QK5_0 / 2; j++) {
+            y[j] = (q5_lo(x[i].qs, qh, j) - 16) * d;
+            y[j + FT_QK5_0 / 2] = (q5_hi(x[i].qs, qh, j) - 16) * d;
+        }
+    }
+}
+
+void ft_vec_dot_q5_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q5_0 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int64_t nb = n / FT_QK8_0;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint32_t qh = load_qh(x[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < FT_QK8_0 / 2; j++) {
+            sumi += (q5_lo(x[i].qs, qh, j) - 16) * y[i].qs[j];
+            sumi += (q5_hi(x[i].qs, qh, j) - 16) * y[i].qs[j + FT_QK8_0 / 2];
+        }
+        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi;
+    }
+    *s = sumf;
+}
+
+void ft_quantize_row_q5_1_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q5_1 *y = vy;
+    const int64_t nb = n / FT_QK5_1;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK5_1) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < FT_QK5_1; j++) {
+            if (x[j] < min)
+                min = x[j];
+            if (x[j] > max)
+                max = x[j];
+        }
+        const float d = (max - min) / 31;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = ft_float_to_half(d);
+        y[i].m = ft_float_to_half(min);
+        uint32_t qh = 0;
+        for (int j = 0; j < FT_QK5_1 / 2; j++) {
+            const float x0 = (x[j] - min) * id;
+            const float x1 = (x[j + FT_QK5_1 / 2] - min) * id;
+            /* no cap at 31 here, as in ggml: (max - min) * id + 0.5 < 32 */
+            const uint8_t q0 = (uint8_t)(x0 + 0.5f);
+            const uint8_t q1 = (uint8_t)(x1 + 0.5f);
+            y[i].qs[j] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
+            qh |= (uint32_t)((q0 & 0x10u) >> 4) << j;
+            qh |= (uint32_t)((q1 & 0x10u) >> 4) << (j + FT_QK5_1 / 2);
+        }
+        store_qh(y[i].qh, qh);
+    }
+}
+
+void ft_dequantize_row_q5_1_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q5_1 *x = vx;
+    const int64_t nb = n / FT_QK5_1;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK5_1) {
+        const float d = ft_half_to_float(x[i].d);
+        const float m = ft_half_to_float(x[i].m);
+        const uint32_t qh = load_qh(x[i].qh);
+        for (int j = 0; j < FT_QK5_1 / 2; j++) {
+            y[j] = q5_lo(x[i].qs, qh, j) * d + m;
+            y[j + FT_QK5_1 / 2] = q5_hi(x[i].qs, qh, j) * d + m;
+        }
+    }
+}
+
+void ft_vec_dot_q5_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q5_1 *x = vx;
+    const ft_block_q8_1 *y = vy;
+    const int64_t nb = n / FT_QK8_1;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint32_t qh = load_qh(x[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < FT_QK8_1 / 2; j++) {
+            sumi += q5_lo(x[i].qs, qh, j) * y[i].qs[j];
+            sumi += q5_hi(x[i].qs, qh, j) * y[i].qs[j + FT_QK8_1 / 2];
+        }
+        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi +
+                ft_half_to_float(x[i].m) * ft_half_to_float(y[i].s);
+    }
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* K-quant helpers: ggml's scale searches. Each returns the float scale of  */
+/* one sub-block and its quants L; the caller then quantizes those scales   */
+/* to 4, 6 or 8 bits and re-quantizes the values against the rounded scale. */
+
+/* Symmetric, for Q6_K (ggml make_qx_quants with rmse_type 1, no imatrix):
+ * start from the scale that maps the largest-magnitude value to -nmax, then
+ * try 18 nearby scales and keep the one minimising the x^2-weighted squared
+ * error, using the closed-form optimum scale sum(w x l) / sum(w l^2).
+ * L[i] = l + nmax with l in -nmax..nmax-1. */
+static float make_qx_quants(int n, int nmax, const float *restrict x, int8_t *restrict L) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int l = iclamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)(l + nmax);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0)
+            continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int l = iclamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            const float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++)
+                L[i] = (int8_t)(nmax + iclamp(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+/* Symmetric, for Q3_K (ggml make_q3_quants with do_rmse): start as above,
+ * then up to 5 passes of coordinate descent, moving one quant at a time to
+ * its best level if that raises (sum w x l)^2 / sum w l^2 (w = x^2).
+ * L[i] = l + nmax. */
+static float make_q3_quants(int n, int nmax, const float *restrict x, int8_t *restrict L) {
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    const float iscale = -nmax / max;
+    float sumlx = 0.0f, suml2 = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int l = iclamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (int8_t)l;
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            const float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                const int new_l = iclamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        L[i] = (int8_t)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+/* Asymmetric, for Q2_K/Q4_K/Q5_K (ggml make_qkx2_quants): x ~ scale*l - min
+ * with l in 0..nmax and min >= 0 returned in *the_min. Tries nstep+1 scales
+ * around nmax / (max - min), each with the least-squares (scale, min) for
+ * its rounding, keeping the lowest weighted error (squared, or absolute
+ * with use_mad). Laux is scratch of n bytes. */
+static float make_qkx2_quants(int n, int nmax, const float *restrict x, const float *restrict weights,
+                              uint8_t *restrict L, float *restrict the_min, uint8_t *restrict Laux,
+                              float rmin, float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = weights[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
+        const float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.0f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)iclamp(l, 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
+    }
+    if (nstep < 1) {
+        *the_min = -min;
+        return scale;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int l = iclamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (uint8_t)l;
+            const float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0.0f;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (layout in
+ * quant_ref.h). */
+static inline void get_scale_min_k4(int j, const uint8_t *restrict q, uint8_t *restrict sc, uint8_t *restrict mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *mn = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Pack 2-bit values L[0..255] (each 0..3) as Q2_K/Q3_K qs. */
+static void pack_2bit(const uint8_t *restrict L, uint8_t *restrict qs) {
+    for (int j = 0; j < FT_QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+/* The 2-bit quant of element i in a Q2_K/Q3_K qs array (layout in quant_ref.h). */
+static inline int q2_at(const uint8_t *qs, int i) {
+    return (qs[(i / 128) * 32 + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+}
+
+/* The 16 signed 6-bit scales of a Q3_K block, minus 32. */
+static void q3_K_scales(const uint8_t *restrict packed, int *restrict sc) {
+    for (int j = 0; j < 16; j++) {
+        const int lo = j < 8 ? packed[j] & 0x0f : packed[j - 8] >> 4;
+        const int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (lo | (hi << 4)) - 32;
+    }
+}
+
+/* The eight 6-bit scales and mins of a Q4_K/Q5_K block. */
+static void k4_scales(const uint8_t *restrict packed, int *restrict sc, int *restrict mn) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t s, m;
+        get_scale_min_k4(j, packed, &s, &m);
+        sc[j] = s;
+        mn[j] = m;
+    }
+}
+
+/* The K-quant dot products accumulate, like ggml's generic code, the
+ * integer products scale[s] * w[i] * a[i] of a block into 8 int32 lanes by
+ * i % 8, then add d * lane into 8 float sums across blocks, and only at the
+ * end add the 8 sums. The lane split changes the float rounding, so it is
+ * part of the reference answer. */
+static inline void lanes_add(int32_t lanes[8], const int8_t *restrict w, const int8_t *restrict a,
+                             const int *restrict scale, int group) {
+    for (int i = 0; i < FT_QK_K; i++)
+        lanes[i % 8] += scale[i / group] * (w[i] * a[i]);
+}
+
+/* ======================================================================== */
+/* Q8_K: activations for the K-quants. Symmetric, q = nearest_int(-127/max  */
+/* * x) (ties to even), with per-16 sums for the mins. d is a float.        */
+
+void ft_quantize_row_q8_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < FT_QK_K; j++) {
+            const float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            /* ggml leaves bsums stale here; zero is the sane value */
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+        /* -127, not -128: ggml changed it so SIMD kernels can negate */
+        const float iscale = -127.f / max;
+        for (int j = 0; j < FT_QK_K; j++)
+            y[i].qs[j] = (int8_t)imin(127, nearest_int(iscale * x[j]));
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += y[i].qs[16 * j + l];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+void ft_dequantize_row_q8_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q8_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K)
+        for (int j = 0; j < FT_QK_K; j++)
+            y[j] = x[i].d * x[i].qs[j];
+}
+
+/* ======================================================================== */
+/* Q2_K: 2-bit asymmetric; per 16 elements a 4-bit scale and 4-bit min,    */
+/* searched with |x| weights and absolute error.                            */
+
+void ft_quantize_row_q2_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q2_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    const float q4scale = 15.f;
+    uint8_t L[FT_QK_K];
+    uint8_t Laux[16];
+    float weights[16];
+    float mins[FT_QK_K / 16];
+    float scales[FT_QK_K / 16];
+
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            for (int l = 0; l < 16; l++)
+                weights[l] = fabsf(x[16 * j + l]);
+            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+            if (scales[j] > max_scale)
+                max_scale = scales[j];
+            if (mins[j] > max_min)
+                max_min = mins[j];
+        }
+
+        if (max_scale > 0) {
+            const float iscale = q4scale / max_scale;
+            for (int j = 0; j < FT_QK_K / 16; j++)
+                y[i].scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y[i].d = ft_float_to_half(max_scale / q4scale);
+        } else {
+            memset(y[i].scales, 0, sizeof(y[i].scales));
+            y[i].d = ft_float_to_half(0.0f);
+        }
+        if (max_min > 0) {
+            const float iscale = q4scale / max_min;
+            for (int j = 0; j < FT_QK_K / 16; j++)
+                y[i].scales[j] |= (uint8_t)(nearest_int(iscale * mins[j]) << 4);
+            y[i].dmin = ft_float_to_half(max_min / q4scale);
+        } else {
+            y[i].dmin = ft_float_to_half(0.0f);
+        }
+
+        /* re-quantize against the rounded scales and mins */
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            const float d = ft_half_to_float(y[i].d) * (y[i].scales[j] & 0x0f);
+            if (d == 0.0f)
+                continue;
+            const float dm = ft_half_to_float(y[i].dmin) * (y[i].scales[j] >> 4);
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] = (uint8_t)iclamp(nearest_int((x[16 * j + l] + dm) / d), 0, 3);
+        }
+        pack_2bit(L, y[i].qs);
+    }
+}
+
+void ft_dequantize_row_q2_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q2_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K) {
+        const float d = ft_half_to_float(x[i].d);
+        const float dmin = ft_half_to_float(x[i].dmin);
+        for (int s = 0; s < 16; s++) {
+            const float dl = d * (x[i].scales[s] & 0x0f);
+            const float ml = dmin * (x[i].scales[s] >> 4);
+            for (int l = 0; l < 16; l++)
+                y[16 * s + l] = dl * q2_at(x[i].qs, 16 * s + l) - ml;
+        }
+    }
+}
+
+void ft_vec_dot_q2_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q2_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        /* sum over sub-blocks of mn * sum(q8) via the precomputed bsums */
+        int summs = 0;
+        for (int j = 0; j < 16; j++)
+            summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
+        int isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int isuml = 0;
+            for (int l = 0; l < 16; l++)
+                isuml += y[i].qs[16 * j + l] * q2_at(x[i].qs, 16 * j + l);
+            isum += (x[i].scales[j] & 0x0f) * isuml;
+        }
+        const float dall = y[i].d * ft_half_to_float(x[i].d);
+        const float dmin = y[i].d * ft_half_to_float(x[i].dmin);
+        sumf += dall * isum - dmin * summs;
+    }
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q3_K: 3-bit symmetric; per 16 elements a signed 6-bit scale.             */
+
+void ft_quantize_row_q3_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q3_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    int8_t L[FT_QK_K];
+    float scales[FT_QK_K / 16];
+
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        float max_scale = 0.0f, amax = 0.0f;
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            const float scale = fabsf(scales[j]);
+            if (scale > amax) {
+                amax = scale;
+                max_scale = scales[j];
+            }
+        }
+
+        memset(y[i].scales, 0, sizeof(y[i].scales));
+        if (max_scale != 0.0f) {
+            const float iscale = -32.f / max_scale;
+            for (int j = 0; j < FT_QK_K / 16; j++) {
+                const int l = iclamp((int8_t)nearest_int(iscale * scales[j]), -32, 31) + 32;
+                if (j < 8)
+                    y[i].scales[j] = (uint8_t)(l & 0x0f);
+                else
+                    y[i].scales[j - 8] |= (uint8_t)((l & 0x0f) << 4);
+                y[i].scales[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+            }
+            y[i].d = ft_float_to_half(1 / iscale);
+        } else {
+            y[i].d = ft_float_to_half(0.0f);
+        }
+
+        /* re-quantize against the rounded scales */
+        int sc[16];
+        q3_K_scales(y[i].scales, sc);
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            const float d = ft_half_to_float(y[i].d) * sc[j];
+            if (d == 0.0f)
+                continue;
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] = (int8_t)(iclamp(nearest_int(x[16 * j + l] / d), -4, 3) + 4);
+        }
+
+        /* high bit of element j goes to bit j/32 of hmask[j%32] */
+        memset(y[i].hmask, 0, sizeof(y[i].hmask));
+        uint8_t low[FT_QK_K];
+        for (int j = 0; j < FT_QK_K; j++) {
+            int l = L[j];
+            if (l > 3) {
+                y[i].hmask[j % 32] |= (uint8_t)(1u << (j / 32));
+                l -= 4;
+            }
+            low[j] = (uint8_t)l;
+        }
+        pack_2bit(low, y[i].qs);
+    }
+}
+
+/* The signed 3-bit quant of element i: low 2 bits, minus 4 unless the
+ * hmask bit is set. */
+static inline int q3_at(const ft_block_q3_K *b, int i) {
+    return q2_at(b->qs, i) - ((b->hmask[i % 32] >> (i / 32)) & 1 ? 0 : 4);
+}
+
+void ft_dequantize_row_q3_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q3_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K) {
+        const float d_all = ft_half_to_float(x[i].d);
+        int sc[16];
+        q3_K_scales(x[i].scales, sc);
+        for (int s = 0; s < 16; s++) {
+            const float dl = d_all * sc[s];
+            for (int l = 0; l < 16; l++)
+                y[16 * s + l] = dl * q3_at(&x[i], 16 * s + l);
+        }
+    }
+}
+
+void ft_vec_dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q3_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float sums[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        int8_t a[FT_QK_K];
+        for (int j = 0; j < FT_QK_K; j++)
+            a[j] = (int8_t)q3_at(&x[i], j);
+        int sc[16];
+        q3_K_scales(x[i].scales, sc);
+        int32_t lanes[8] = {0};
+        lanes_add(lanes, a, y[i].qs, sc, 16);
+        const float d = ft_half_to_float(x[i].d) * y[i].d;
+        for (int l = 0; l < 8; l++)
+            sums[l] += d * lanes[l];
+    }
+    float sumf = 0.0f;
+    for (int l = 0; l < 8; l++)
+        sumf += sums[l];
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q4_K / Q5_K: 4- and 5-bit asymmetric; per 32 elements a 6-bit scale and  */
+/* 6-bit min, searched with weights av|x| + |x| and squared error.          */
+
+/* Shared by Q4_K and Q5_K: search the 8 sub-blocks, pack the 6-bit scales
+ * and mins into b_scales, set d/dmin, and re-quantize L (0..nmax). */
+static void quantize_k4_superblock(const float *restrict x, int nmax, float rmin, int nstep, uint8_t *restrict L,
+                                   uint8_t *restrict b_scales, uint16_t *restrict b_d, uint16_t *restrict b_dmin) {
+    uint8_t Laux[32];
+    float weights[32];
+    float mins[FT_QK_K / 32];
+    float scales[FT_QK_K / 32];
+    float max_scale = 0.0f, max_min = 0.0f;
+
+    for (int j = 0; j < FT_QK_K / 32; j++) {
+        float sum_x2 = 0.0f;
+        for (int l = 0; l < 32; l++)
+            sum_x2 += x[32 * j + l] * x[32 * j + l];
+        const float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++)
+            weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
+    }
+
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.0f;
+    for (int j = 0; j < FT_QK_K / 32; j++) {
+        /* ggml truncates to uint8_t before capping at 63 */
+        const uint8_t ls = (uint8_t)imin(63, (uint8_t)nearest_int(inv_scale * scales[j]));
+        const uint8_t lm = (uint8_t)imin(63, (uint8_t)nearest_int(inv_min * mins[j]));
+        if (j < 4) {
+            b_scales[j] = ls;
+            b_scales[j + 4] = lm;
+        } else {
+            b_scales[j + 4] = (uint8_t)((ls & 0x0f) | ((lm & 0x0f) << 4));
+            b_scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            b_scales[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *b_d = ft_float_to_half(max_scale / 63.f);
+    *b_dmin = ft_float_to_half(max_min / 63.f);
+
+    for (int j = 0; j < FT_QK_K / 32; j++) {
+        uint8_t sc, m;
+        get_scale_min_k4(j, b_scales, &sc, &m);
+        const float d = ft_half_to_float(*b_d) * sc;
+        if (d == 0.0f)
+            continue;
+        const float dm = ft_half_to_float(*b_dmin) * m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)iclamp(nearest_int((x[32 * j + l] + dm) / d), 0, nmax);
+    }
+}
+
+void ft_quantize_row_q4_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q4_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    uint8_t L[FT_QK_K];
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        quantize_k4_superblock(x, 15, -1.0f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                y[i].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+    }
+}
+
+/* The 4-bit quant of element i of a Q4_K/Q5_K qs array. */
+static inline int q4k_at(const uint8_t *qs, int i) {
+    const uint8_t b = qs[(i / 64) * 32 + i % 32];
+    return (i % 64) < 32 ? (b & 0x0f) : (b >> 4);
+}
+
+void ft_dequantize_row_q4_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q4_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K) {
+        const float d = ft_half_to_float(x[i].d);
+        const float min = ft_half_to_float(x[i].dmin);
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        for (int s = 0; s < 8; s++) {
+            const float d1 = d * sc[s];
+            const float m1 = min * mn[s];
+            for (int l = 0; l < 32; l++)
+                y[32 * s + l] = d1 * q4k_at(x[i].qs, 32 * s + l) - m1;
+        }
+    }
+}
+
+/* Q4_K and Q5_K dots differ only in the quants; w holds them (0..31). */
+static void vec_dot_k4_block(const int8_t *restrict w, const uint8_t *restrict packed, float xd, float xdmin,
+                             const ft_block_q8_K *restrict y, float *restrict sums, float *restrict sumf) {
+    int sc[8], mn[8];
+    k4_scales(packed, sc, mn);
+    int sumi = 0;
+    for (int j = 0; j < 16; j++)
+        sumi += y->bsums[j] * mn[j / 2];
+    int32_t lanes[8] = {0};
+    lanes_add(lanes, w, y->qs, sc, 32);
+    const float d = xd * y->d;
+    for (int l = 0; l < 8; l++)
+        sums[l] += d * lanes[l];
+    const float dmin = xdmin * y->d;
+    *sumf -= dmin * sumi;
+}
+
+void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q4_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float sums[8] = {0};
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int8_t w[FT_QK_K];
+        for (int j = 0; j < FT_QK_K; j++)
+            w[j] = (int8_t)q4k_at(x[i].qs, j);
+        vec_dot_k4_block(w, x[i].scales, ft_half_to_float(x[i].d), ft_half_to_float(x[i].dmin), &y[i], sums,
+                         &sumf);
+    }
+    for (int l = 0; l < 8; l++)
+        sumf += sums[l];
+    *s = sumf;
+}
+
+void ft_quantize_row_q5_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q5_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    uint8_t L[FT_QK_K];
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        quantize_k4_superblock(x, 31, -0.5f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
+        memset(y[i].qh, 0, sizeof(y[i].qh));
+        for (int c = 0; c < 4; c++) {
+            for (int l = 0; l < 32; l++) {
+                int l1 = L[64 * c + l], l2 = L[64 * c + 32 + l];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    y[i].qh[l] |= (uint8_t)(1u << (2 * c));
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    y[i].qh[l] |= (uint8_t)(2u << (2 * c));
+                }
+                y[i].qs[32 * c + l] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+static inline int q5k_at(const ft_block_q5_K *b, int i) {
+    return q4k_at(b->qs, i) | (((b->qh[i % 32] >> (i / 32)) & 1) << 4);
+}
+
+void ft_dequantize_row_q5_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q5_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K) {
+        const float d = ft_half_to_float(x[i].d);
+        const float min = ft_half_to_float(x[i].dmin);
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        for (int s = 0; s < 8; s++) {
+            const float d1 = d * sc[s];
+            const float m1 = min * mn[s];
+            for (int l = 0; l < 32; l++)
+                y[32 * s + l] = d1 * q5k_at(&x[i], 32 * s + l) - m1;
+        }
+    }
+}
+
+void ft_vec_dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q5_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float sums[8] = {0};
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int8_t w[FT_QK_K];
+        for (int j = 0; j < FT_QK_K; j++)
+            w[j] = (int8_t)q5k_at(&x[i], j);
+        vec_dot_k4_block(w, x[i].scales, ft_half_to_float(x[i].d), ft_half_to_float(x[i].dmin), &y[i], sums,
+                         &sumf);
+    }
+    for (int l = 0; l < 8; l++)
+        sumf += sums[l];
+    *s = sumf;
+}
+
+/* ======================================================================== */
+/* Q6_K: 6-bit symmetric; per 16 elements a signed 8-bit scale.             */
+
+void ft_quantize_row_q6_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q6_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    int8_t L[FT_QK_K];
+    float scales[FT_QK_K / 16];
+
+    for (int64_t i = 0; i < nb; i++, x += FT_QK_K) {
+        float max_scale = 0.0f, max_abs_scale = 0.0f;
+        for (int ib = 0; ib < FT_QK_K / 16; ib++) {
+            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            const float abs_scale = fabsf(scales[ib]);
+            if (abs_scale > max_abs_scale) {
+                max_abs_scale = abs_scale;
+                max_scale = scales[ib];
+            }
+        }
+        if (max_abs_scale < GROUP_MAX_EPS) {
+            memset(&y[i], 0, sizeof(y[i]));
+            continue;
+        }
+
+        const float iscale = -128.f / max_scale;
+        y[i].d = ft_float_to_half(1 / iscale);
+        for (int ib = 0; ib < FT_QK_K / 16; ib++)
+            y[i].scales[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
+
+        /* re-quantize against the rounded scales */
+        for (int j = 0; j < FT_QK_K / 16; j++) {
+            const float d = ft_half_to_float(y[i].d) * y[i].scales[j];
+            if (d == 0.0f)
+                continue;
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] = (int8_t)(iclamp(nearest_int(x[16 * j + l] / d), -32, 31) + 32);
+        }
+
+        for (int h = 0; h < 2; h++) {
+            const int8_t *Lh = L + 128 * h;
+            uint8_t *ql = y[i].ql + 64 * h;
+            uint8_t *qh = y[i].qh + 32 * h;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (uint8_t)((Lh[l] & 0x0f) | ((Lh[l + 64] & 0x0f) << 4));
+                ql[l + 32] = (uint8_t)((Lh[l + 32] & 0x0f) | ((Lh[l + 96] & 0x0f) << 4));
+                qh[l] = (uint8_t)((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
+                                  ((Lh[l + 96] >> 4) << 6));
+            }
+        }
+    }
+}
+
+/* The signed 6-bit quant (q - 32) of element i of a Q6_K block. */
+static inline int q6_at(const ft_block_q6_K *b, int i) {
+    const int h = i / 128, r = i % 128, l = r % 32, k = r / 32; /* k: which of 4 */
+    const uint8_t lo = b->ql[64 * h + l + 32 * (k & 1)];
+    const int low = (k & 2) ? (lo >> 4) : (lo & 0x0f);
+    const int high = (b->qh[32 * h + l] >> (2 * k)) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+void ft_dequantize_row_q6_K_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_q6_K *x = vx;
+    const int64_t nb = n / FT_QK_K;
+    for (int64_t i = 0; i < nb; i++, y += FT_QK_K) {
+        const float d = ft_half_to_float(x[i].d);
+        for (int j = 0; j < FT_QK_K; j++)
+            y[j] = d * x[i].scales[j / 16] * q6_at(&x[i], j);
+    }
+}
+
+void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q6_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float sums[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        int8_t a[FT_QK_K];
+        for (int j = 0; j < FT_QK_K; j++)
+            a[j] = (int8_t)q6_at(&x[i], j);
+        int sc[16];
+        for (int j = 0; j < 16; j++)
+            sc[j] = x[i].scales[j];
+        int32_t lanes[8] = {0};
+        lanes_add(lanes, a, y[i].qs, sc, 16);
+        const float d = ft_half_to_float(x[i].d) * y[i].d;
+        for (int l = 0; l < 8; l++)
+            sums[l] += d * lanes[l];
+    }
+    float sumf = 0.0f;
+    for (int l = 0; l < 8; l++)
+        sumf += sums[l];
+    *s = sumf;
+}
