@@ -1,0 +1,24 @@
+/* Helpers shared by the subcommands that load a model and evaluate it. */
+#ifndef FT_CLI_COMMON_MODEL_H
+#define FT_CLI_COMMON_MODEL_H
+
+#include "ft/model.h"
+
+#include <stdint.h>
+
+/* Parse "1 2655 7767" (spaces or commas) into a malloc'd id array, each id
+ * checked against n_vocab. Returns count or -1 (message printed). */
+int ft_cli_parse_tokens(const char *cmd, const char *s, int32_t n_vocab, int32_t **out);
+
+/* The KV context to allocate: `requested` if > 0 (checked against memory),
+ * else the model's training context capped so the KV cache takes at most
+ * half of available memory (a warning says so). Returns 0 on error. */
+int32_t ft_cli_choose_ctx(const char *cmd, const struct ft_model *m, int32_t requested);
+
+/* Evaluate `n` tokens of sequence 0 from position `pos0` in batches of at
+ * most `n_batch`, writing the last token's logits to `last_logits` (or all
+ * rows to `all_logits` when non-NULL, n * n_vocab floats). */
+int ft_cli_eval(struct ft_model *m, struct ft_kv_cache *kv, const int32_t *tokens, int32_t n,
+                int32_t pos0, int32_t n_batch, float *last_logits, float *all_logits);
+
+#endif

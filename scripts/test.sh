@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole FreeToken test suite (what CI runs):
+#   1. set-up (scripts/setup.sh: packages, .venv, default model)
+#   2. release build with warnings as errors -> C unit tests (ctest)
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build -> the same tests
+#   4. end-to-end tests of the ft binary (pytest), incl. the real model
+#   5. a short libFuzzer run of every fuzz target over its seed corpus
+# Tests that need ../shared skip with a message when it is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=$(nproc)
+FUZZ_SECONDS=${FT_FUZZ_SECONDS:-20}
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "set-up"
+scripts/setup.sh --no-build
+
+step "release build (-Werror) + unit tests"
+cmake -S . -B build/ci-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFT_WERROR=ON >/dev/null
+cmake --build build/ci-release -j "$JOBS"
+ctest --test-dir build/ci-release --output-on-failure -j "$JOBS"
+
+step "ASan + UBSan build + unit tests"
+cmake -S . -B build/ci-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFT_WERROR=ON -DFT_SANITIZE=ON >/dev/null
+cmake --build build/ci-asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build/ci-asan --output-on-failure -j "$JOBS"
+
+step "end-to-end tests (pytest)"
+FT_BIN="$ROOT/build/ci-release/ft" FT_ASAN_BIN="$ROOT/build/ci-asan/ft" \
+  .venv/bin/python -m pytest -q tests/e2e
+
+step "fuzzing (${FUZZ_SECONDS}s per target)"
+if [ -x tests/fuzz/run_fuzz.sh ]; then
+  tests/fuzz/run_fuzz.sh "$FUZZ_SECONDS"
+fi
+
+printf '\nall test steps passed\n'
