@@ -25,32 +25,40 @@ enum ft_arch {
     FT_ARCH_GEMMA3,
 };
 
-/* Hyper-parameters read from `<arch>.*` metadata. */
+/* Hyper-parameters read from `<arch>.*` metadata, with llama.cpp's defaults
+ * for absent keys. */
 struct ft_hparams {
     enum ft_arch arch;
     char arch_name[32];
-    int32_t n_vocab;
+    int32_t n_vocab;          /* rows of token_embd */
     int32_t n_ctx_train;
     int32_t n_embd;
     int32_t n_layer;
     int32_t n_head;
-    int32_t n_head_kv;
-    int32_t head_dim_k; /* key_length (default n_embd / n_head) */
-    int32_t head_dim_v; /* value_length */
+    int32_t n_head_kv;        /* default n_head */
+    int32_t head_dim_k;       /* key_length (default n_embd / n_head) */
+    int32_t head_dim_v;       /* value_length (default n_embd / n_head) */
     int32_t n_ff;
-    int32_t n_rot;      /* rope.dimension_count */
-    float norm_eps;
-    float rope_freq_base;
-    float rope_freq_base_swa; /* gemma3 local layers */
-    float rope_freq_scale;
+    int32_t n_rot;            /* rope.dimension_count (default head_dim_k) */
+    float norm_eps;           /* attention.layer_norm_rms_epsilon */
+    float rope_freq_base;     /* default 10000 */
+    float rope_freq_base_swa; /* gemma3 sliding-window layers (default 10000) */
+    float rope_freq_scale;    /* 1 / rope.scaling.factor (default 1) */
+    float rope_ext_factor;    /* YaRN: 1 when rope.scaling.type is yarn, else 0 */
+    float rope_attn_factor;   /* YaRN magnitude correction (1 otherwise) */
+    float rope_beta_fast;     /* YaRN ramp (32) */
+    float rope_beta_slow;     /* YaRN ramp (1) */
+    int32_t rope_n_ctx_orig;  /* rope.scaling.original_context_length (default n_ctx_train) */
     int32_t sliding_window;   /* 0 = none */
-    int32_t swa_pattern;      /* gemma3: every swa_pattern-th layer is global */
+    int32_t swa_pattern;      /* gemma3: layer il is global when il % swa_pattern == swa_pattern - 1 */
+    float attn_scale;         /* multiplies Q.K (1/sqrt(head_dim_k) unless the arch says otherwise) */
+    float final_softcap;      /* logits = c * tanh(logits / c); 0 = off */
     bool rope_neox;
-    bool tied_output;
+    bool tied_output;         /* output.weight absent: token_embd is the output head */
 };
 
 struct ft_model_params {
-    int n_threads; /* <= 0: one per physical core */
+    int n_threads; /* <= 0: one per online CPU (physical cores once hwloc is in) */
 };
 
 int ft_model_load(const char *path, const struct ft_model_params *params, struct ft_model **out);
@@ -62,9 +70,11 @@ const struct ft_gguf *ft_model_gguf(const struct ft_model *m);
 /* Bytes of KV cache one token takes across all layers (F16 K and V). */
 size_t ft_model_kv_bytes_per_token(const struct ft_model *m);
 
-/* A batch: n_tokens entries, each with its sequence, position and whether
- * logits are wanted. Logits are written row by row, in batch order, for the
- * entries with want_logits set. */
+/* A batch: n_tokens entries (1..FT_MAX_BATCH), each with its sequence,
+ * position and whether logits are wanted. Logits are written row by row, in
+ * batch order, for the entries with want_logits set; want_logits == NULL
+ * asks for the last entry only. */
+#define FT_MAX_BATCH 4096
 struct ft_batch {
     int32_t n_tokens;
     const int32_t *token;
@@ -73,8 +83,12 @@ struct ft_batch {
     const bool *want_logits;
 };
 
-/* KV cache: n_blocks blocks of FT_KV_BLOCK_TOKENS tokens shared by up to
- * max_seqs sequences, each with its own block table. */
+/* KV cache: one pool of blocks of FT_KV_BLOCK_TOKENS tokens (F16 K and V of
+ * every layer) for up to max_seqs sequences, each with its own block table.
+ * The pool holds n_ctx tokens (rounded up to whole blocks) per sequence:
+ * memory is about n_ctx * max_seqs * ft_model_kv_bytes_per_token(). A
+ * sequence id is any value in 0..max_seqs-1; truncating returns its blocks
+ * to the pool at once. */
 #define FT_KV_BLOCK_TOKENS 16
 
 int ft_kv_cache_new(const struct ft_model *m, int32_t n_ctx, int32_t max_seqs,
@@ -85,12 +99,16 @@ int32_t ft_kv_cache_seq_len(const struct ft_kv_cache *kv, int32_t seq);
 /* Drop positions >= pos of a sequence (0 clears it) and free its blocks. */
 void ft_kv_cache_seq_truncate(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
 int32_t ft_kv_cache_n_ctx(const struct ft_kv_cache *kv);     /* max tokens per sequence */
+int32_t ft_kv_cache_max_seqs(const struct ft_kv_cache *kv);
 int32_t ft_kv_cache_blocks_free(const struct ft_kv_cache *kv);
 int32_t ft_kv_cache_blocks_total(const struct ft_kv_cache *kv);
 
 /* Evaluate a batch. Positions of a sequence in the batch must continue its
- * cache (pos == current length, increasing by one). logits must hold
- * (number of want_logits entries) * n_vocab floats. */
+ * cache (pos == current length, increasing by one); entries of different
+ * sequences may interleave. logits must hold (number of wanted entries) *
+ * n_vocab floats. Errors (FT_EINVAL for a bad batch, FT_EFULL when the
+ * cache has no room) leave the cache unchanged. One call at a time per model
+ * (the model owns its scratch and thread pool). */
 int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
                      float *logits);
 

@@ -30,6 +30,11 @@ bool ft_tokenizer_add_eos(const struct ft_tokenizer *t);
 bool ft_tokenizer_is_eog(const struct ft_tokenizer *t, int32_t id);
 /* Control/special token (rendered as nothing when decoding plain text). */
 bool ft_tokenizer_is_control(const struct ft_tokenizer *t, int32_t id);
+/* All end-of-generation ids, sorted ascending (pointer valid while t lives);
+ * returns their count. */
+size_t ft_tokenizer_eog_ids(const struct ft_tokenizer *t, const int32_t **ids);
+/* Longest decoded piece (bytes) of any token, special tokens rendered. */
+size_t ft_tokenizer_max_piece_len(const struct ft_tokenizer *t);
 /* Token id of an exact piece ("<end_of_turn>"), or -1. */
 int32_t ft_tokenizer_find(const struct ft_tokenizer *t, const char *piece, size_t len);
 /* The raw vocabulary string of a token (as stored in GGUF). */
@@ -55,17 +60,29 @@ int ft_token_to_piece(const struct ft_tokenizer *t, int32_t id, bool render_spec
  * the first token's leading space is dropped when BOS was added. */
 struct ft_detok {
     const struct ft_tokenizer *t;
-    char pending[8];
+    char pending[8];    /* an incomplete UTF-8 sequence (at most 3 bytes) */
     int n_pending;
-    bool at_start;
+    bool at_start;      /* BOS was just pushed: drop the next piece's leading space */
     bool render_special;
 };
 void ft_detok_init(struct ft_detok *d, const struct ft_tokenizer *t, bool render_special);
 /* Appends the complete text produced by `id` to out (cap bytes); returns the
- * number of bytes written or a negative FT_E* (FT_ERANGE if cap too small;
- * 64 bytes always suffice for one token plus pending bytes). */
+ * number of bytes written or a negative FT_E* (FT_ERANGE if cap too small,
+ * in which case the state is unchanged and the push may be retried with a
+ * larger buffer). 3 * (ft_tokenizer_max_piece_len(t) + 3) bytes always
+ * suffice (invalid bytes expand to U+FFFD); for the supported vocabularies a
+ * piece is at most 128 bytes, so 256 bytes hold any piece that is valid UTF-8.
+ * Only a stream that starts with BOS (a whole prompt) drops the first
+ * piece's leading space; a stream of generated tokens keeps it. */
 int ft_detok_push(struct ft_detok *d, int32_t id, char *out, size_t cap);
+/* Emits what is pending (an incomplete sequence becomes one U+FFFD) and
+ * resets the stream; needs 3 bytes. */
 int ft_detok_flush(struct ft_detok *d, char *out, size_t cap);
+
+/* Whole-sequence decode through the streaming detokenizer (same rules);
+ * `*out` is malloc'd and NUL-terminated (caller frees). */
+int ft_detokenize(const struct ft_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
+                  size_t *len);
 
 /* UTF-8 validation (strict: no overlongs, no surrogates, <= U+10FFFF). */
 bool ft_utf8_valid(const char *s, size_t len);

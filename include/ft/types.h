@@ -78,8 +78,18 @@ struct ft_type_info {
 const struct ft_type_info *ft_type_info(enum ft_type t);
 /* The reference table (scalar). Same as ft_type_info. */
 const struct ft_type_info *ft_type_traits_ref(enum ft_type t);
-/* The table in use: per-ISA kernels where available, otherwise reference. */
+/* The table in use: per-ISA kernels where available, otherwise reference.
+ * The level is chosen once at start-up (include/ft/cpu.h: CPUID/HWCAP,
+ * FT_ISA, ft_cpu_force_isa()). Every level's kernels accept the same
+ * inputs as the reference: rows need only the natural alignment of their
+ * block struct (2 bytes; 4 for F32 and Q8_K) -- no vector alignment -- and
+ * a vec_dot's y must be a row made by the vec_dot_type's from_float (of any
+ * level: they write identical bytes), which keeps Q8 quants in -127..127
+ * and Q8_K's bsums equal to the sums of its quants. */
 const struct ft_type_info *ft_type_traits(enum ft_type t);
+/* Name of the kernel level ft_type_traits() uses: "scalar", "avx2",
+ * "avx512", "neon", "neon-dotprod". */
+const char *ft_simd_isa_name(void);
 
 const char *ft_type_name(enum ft_type t); /* "?" for unknown ids */
 /* Bytes for a row of n elements; 0 if n is not a multiple of the block

@@ -1,0 +1,285 @@
+/* ft-bench-kernels: throughput of the row kernels per type per kernel level.
+ *
+ * Decode is a matrix-vector product: every weight row is dotted with one
+ * quantized activation row, so vec_dot over a weight matrix row by row is
+ * the whole cost, and it should run at memory bandwidth. For each type and
+ * each level this CPU supports it prints, single-threaded:
+ *   L2:     the first rows of it, 1 MiB, pass after pass: the data stays
+ *           in L2, so this is the kernel's compute speed;
+ *   hot:    a 4096 x 4096 matrix, pass after pass (it stays in L3 when
+ *           small enough);
+ *   stream: rows of 4096 walked through a 1 GiB buffer, bigger than any
+ *           last-level cache, so every byte comes from DRAM as in decode;
+ * as GB/s of weight bytes read and Gelem/s (weights per second), plus the
+ * speed-up of the hot number over the scalar reference (when the scalar
+ * level is among those measured). Then the activation
+ * quantizers and dequantizers (from_float / to_float) per level.
+ *
+ * Not a test: it asserts nothing. Usage:
+ *   ft-bench-kernels [--types Q4_0,Q4_K,...] [--isa avx2,avx512] [--seconds S] [--no-stream]
+ */
+#include "ft/cpu.h"
+#include "ft/types.h"
+#include "simd/fp16.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ROW 4096
+#define HOT_ROWS 4096
+#define STREAM_BYTES (1ull << 30)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint64_t rng_next(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static float rng_gauss(void) {
+    float s = 0.0f;
+    for (int i = 0; i < 12; i++)
+        s += (float)((rng_next() >> 40) * 0x1p-24);
+    return s - 6.0f;
+}
+
+/* Random rows with sane scales: the speed of a kernel does not depend on
+ * the values, and quantizing 16M weights with the reference K-quant
+ * searches would take minutes. Float types get finite values. */
+static void fill_weights(enum ft_type t, uint8_t *x, size_t bytes) {
+    const struct ft_type_info *ti = ft_type_info(t);
+    if (!ti->is_quantized) {
+        for (size_t i = 0; i + ti->type_size <= bytes; i += ti->type_size) {
+            const float f = rng_gauss() * 0.02f;
+            if (t == FT_TYPE_F32)
+                memcpy(x + i, &f, 4);
+            else {
+                const uint16_t h = t == FT_TYPE_F16 ? ft_float_to_half(f) : ft_float_to_bfloat(f);
+                memcpy(x + i, &h, 2);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t r = rng_next();
+        memcpy(x + i, &r, 8);
+    }
+    /* scales: every half field at the offsets of quant_ref.h set to ~0.01 */
+    const uint16_t d = ft_float_to_half(0.01f);
+    size_t off[2] = {0, 0};
+    int nf = 0;
+    switch (t) {
+    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: off[0] = 0; nf = 1; break;
+    case FT_TYPE_Q4_1: case FT_TYPE_Q5_1: off[0] = 0; off[1] = 2; nf = 2; break;
+    case FT_TYPE_Q2_K: off[0] = 80; off[1] = 82; nf = 2; break;
+    case FT_TYPE_Q3_K: off[0] = 108; nf = 1; break;
+    case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: off[0] = 0; off[1] = 2; nf = 2; break;
+    case FT_TYPE_Q6_K: off[0] = 208; nf = 1; break;
+    default: break;
+    }
+    for (size_t b = 0; b + ti->type_size <= bytes; b += ti->type_size)
+        for (int k = 0; k < nf; k++)
+            memcpy(x + b + off[k], &d, 2);
+}
+
+static const enum ft_type k_types[] = {
+    FT_TYPE_F32,  FT_TYPE_F16,  FT_TYPE_BF16, FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0,
+    FT_TYPE_Q5_1, FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K,
+};
+
+static volatile float g_sink;
+
+/* Dot `rows` rows starting at row `first` (mod nrows) against y; returns
+ * the row after the last one. */
+static int64_t run_rows(const struct ft_type_info *ti, const uint8_t *w, size_t row_bytes, int64_t nrows,
+                        int64_t first, int64_t rows, const void *y) {
+    float acc = 0.0f;
+    int64_t r = first;
+    for (int64_t k = 0; k < rows; k++) {
+        float s;
+        ti->vec_dot(ROW, &s, w + (size_t)r * row_bytes, y);
+        acc += s;
+        if (++r == nrows)
+            r = 0;
+    }
+    g_sink = acc;
+    return r;
+}
+
+/* Best pass time over at least `seconds` of passes of `rows` rows. */
+static double time_passes(const struct ft_type_info *ti, const uint8_t *w, size_t row_bytes, int64_t nrows,
+                          int64_t rows, const void *y, double seconds) {
+    double best = 1e30, start = now();
+    int64_t pos = 0;
+    int passes = 0;
+    pos = run_rows(ti, w, row_bytes, nrows, pos, rows < 64 ? rows : 64, y); /* warm-up */
+    while (passes < 3 || now() - start < seconds) {
+        const double t0 = now();
+        pos = run_rows(ti, w, row_bytes, nrows, pos, rows, y);
+        const double dt = now() - t0;
+        if (dt < best)
+            best = dt;
+        passes++;
+        if (passes > 1000)
+            break;
+    }
+    return best;
+}
+
+static int in_list(const char *list, const char *name) {
+    if (!list)
+        return 1;
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n) {
+        const int start_ok = p == list || p[-1] == ',';
+        const int end_ok = p[n] == '\0' || p[n] == ',';
+        if (start_ok && end_ok)
+            return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *types = NULL, *isas = NULL;
+    double seconds = 0.3;
+    int stream = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--types") == 0 && i + 1 < argc)
+            types = argv[++i];
+        else if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc)
+            isas = argv[++i];
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--no-stream") == 0)
+            stream = 0;
+        else {
+            fprintf(stderr, "usage: %s [--types Q4_0,Q4_K,...] [--isa scalar,avx2,...] [--seconds S] [--no-stream]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+
+    char line[1024];
+    ft_cpu_describe(line, sizeof(line));
+    printf("cpu: %s\n", line);
+    printf("vec_dot, rows of %d, single thread; hot = %dx%d matrix, stream = rows of a 1 GiB buffer\n\n", ROW,
+           HOT_ROWS, ROW);
+    printf("%-5s %-13s %9s %9s %9s %11s %10s\n", "type", "level", "L2 GB/s", "hot GB/s", "Gelem/s", "stream GB/s",
+           "vs scalar");
+
+    float *act = malloc(ROW * sizeof(float));
+    for (int i = 0; i < ROW; i++)
+        act[i] = rng_gauss();
+    uint8_t *big = stream ? malloc(STREAM_BYTES) : NULL;
+    if (stream && !big) {
+        fprintf(stderr, "cannot allocate 1 GiB for the stream test; use --no-stream\n");
+        return 1;
+    }
+
+    for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
+        const enum ft_type t = k_types[ti];
+        if (!in_list(types, ft_type_name(t)))
+            continue;
+        const size_t row_bytes = ft_row_size(t, ROW);
+        uint8_t *hot = malloc(row_bytes * HOT_ROWS);
+        fill_weights(t, hot, row_bytes * HOT_ROWS);
+        int64_t stream_rows = 0;
+        if (stream) {
+            stream_rows = (int64_t)(STREAM_BYTES / row_bytes);
+            fill_weights(t, big, (size_t)stream_rows * row_bytes);
+        }
+        double scalar_hot = 0.0;
+        for (int l = 0; l < FT_ISA_COUNT; l++) {
+            const enum ft_isa isa = (enum ft_isa)l;
+            if (!ft_isa_supported(isa) || !in_list(isas, ft_isa_name(isa)))
+                continue;
+            const struct ft_type_info *tt = ft_type_traits_isa(t, isa);
+            const struct ft_type_info *at = ft_type_traits_isa(tt->vec_dot_type, isa);
+            void *y = malloc(ft_row_size(tt->vec_dot_type, ROW));
+            at->from_float(act, y, ROW);
+
+            const int64_t l2_rows = (int64_t)((1u << 20) / row_bytes);
+            const double tl2 = time_passes(tt, hot, row_bytes, l2_rows, l2_rows, y, seconds / 2);
+            const double th = time_passes(tt, hot, row_bytes, HOT_ROWS, HOT_ROWS, y, seconds);
+            const double gbs = (double)row_bytes * HOT_ROWS / th * 1e-9;
+            const double gel = (double)ROW * HOT_ROWS / th * 1e-9;
+            if (isa == FT_ISA_SCALAR)
+                scalar_hot = th;
+            char sgbs[32] = "-";
+            /* the reference is compute-bound: streaming it only costs time */
+            if (stream && isa != FT_ISA_SCALAR) {
+                const int64_t rows = stream_rows < HOT_ROWS * 4 ? stream_rows : HOT_ROWS * 4;
+                const double ts = time_passes(tt, big, row_bytes, stream_rows, rows, y, seconds);
+                snprintf(sgbs, sizeof(sgbs), "%.2f", (double)row_bytes * (double)rows / ts * 1e-9);
+            }
+            char speed[32] = "";
+            if (scalar_hot > 0 && isa != FT_ISA_SCALAR)
+                snprintf(speed, sizeof(speed), "%.1fx", scalar_hot / th);
+            printf("%-5s %-13s %9.2f %9.2f %9.2f %11s %10s\n", ft_type_name(t), ft_isa_name(isa),
+                       (double)row_bytes * (double)l2_rows / tl2 * 1e-9, gbs, gel, sgbs, speed);
+            fflush(stdout);
+            free(y);
+        }
+        free(hot);
+    }
+    free(big);
+
+    /* activation quantizers and dequantizers, on a hot row of 4096 */
+    printf("\nfrom_float / to_float, %d elements, Gelem/s\n", ROW);
+    printf("%-14s", "op");
+    for (int l = 0; l < FT_ISA_COUNT; l++)
+        if (ft_isa_supported((enum ft_isa)l))
+            printf(" %13s", ft_isa_name((enum ft_isa)l));
+    printf("\n");
+    const enum ft_type conv[] = {FT_TYPE_Q8_0, FT_TYPE_Q8_1, FT_TYPE_Q8_K, FT_TYPE_F16,
+                                 FT_TYPE_BF16, FT_TYPE_Q4_0, FT_TYPE_Q4_K, FT_TYPE_Q6_K};
+    uint8_t *buf = malloc(ROW * 4);
+    float *out = malloc(ROW * sizeof(float));
+    for (int dir = 0; dir < 2; dir++) {
+        for (size_t c = 0; c < sizeof(conv) / sizeof(conv[0]); c++) {
+            const enum ft_type t = conv[c];
+            if (dir == 0 && (t == FT_TYPE_Q4_0 || t == FT_TYPE_Q4_K || t == FT_TYPE_Q6_K))
+                continue; /* weights: quantized offline by the reference */
+            if (dir == 1 && (t == FT_TYPE_Q8_1 || t == FT_TYPE_Q8_K))
+                continue;
+            printf("%-5s %-8s", ft_type_name(t), dir == 0 ? "from" : "to");
+            ft_type_traits_ref(t)->from_float(act, buf, ROW);
+            for (int l = 0; l < FT_ISA_COUNT; l++) {
+                if (!ft_isa_supported((enum ft_isa)l))
+                    continue;
+                const struct ft_type_info *tt = ft_type_traits_isa(t, (enum ft_isa)l);
+                double best = 1e30, start = now();
+                int reps = 0;
+                while (reps < 5 || now() - start < seconds / 4) {
+                    const double t0 = now();
+                    for (int k = 0; k < 16; k++) {
+                        if (dir == 0)
+                            tt->from_float(act, buf, ROW);
+                        else
+                            tt->to_float(buf, out, ROW);
+                    }
+                    const double dt = (now() - t0) / 16;
+                    if (dt < best)
+                        best = dt;
+                    reps++;
+                }
+                printf(" %13.2f", ROW / best * 1e-9);
+            }
+            printf("\n");
+        }
+    }
+    free(buf);
+    free(out);
+    free(act);
+    return 0;
+}

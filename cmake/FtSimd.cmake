@@ -1,0 +1,57 @@
+# Sources and per-file ISA flags of the simd/ layer, shared by the main build
+# and the aarch64 cross build of tests/arm (so both compile the same files
+# with the same flags).
+#
+#   simd/*.c        portable C (reference kernels, tables, CPU detection):
+#                   no ISA flags, so they run on any CPU of the architecture.
+#   simd/x86/*.c    x86-64 only; each file carries its own -m flags and is
+#                   called only after CPUID says the machine has them.
+#   simd/arm/*.c    aarch64 only; likewise with -march=...+dotprod.
+#
+# Every kernel file is built with -ffp-contract=off: the dequantizers must
+# reproduce the reference's separately rounded multiply and add bit for bit,
+# and GCC would otherwise fuse `_mm256_mul_ps` + `_mm256_sub_ps` (both are
+# plain vector arithmetic to it) into an FMA. Kernels that want FMA ask for
+# it with the intrinsic.
+#
+# ft_simd_sources(<out-var> <out-defs-var>): the source list and the compile
+# definitions (FT_SIMD_X86 / FT_SIMD_ARM) that tell simd/types.c and
+# simd/cpu_detect.c which kernel files are linked in.
+
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|x64)$")
+  set(FT_SIMD_ARCH x86_64)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+  set(FT_SIMD_ARCH aarch64)
+else()
+  set(FT_SIMD_ARCH other)
+endif()
+
+function(ft_simd_sources out_sources out_defs)
+  get_filename_component(root ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/.. ABSOLUTE)
+  file(GLOB srcs CONFIGURE_DEPENDS ${root}/simd/*.c)
+  set(defs "")
+  if(FT_SIMD_ARCH STREQUAL "x86_64" AND CMAKE_SIZEOF_VOID_P EQUAL 8)
+    set(avx2 ${root}/simd/x86/avx2.c)
+    set(avx512 ${root}/simd/x86/avx512.c)
+    set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS
+      "-mavx2;-mfma;-mf16c;-ffp-contract=off")
+    # AVX512_BF16 is not a file-wide flag: the one BF16 dot that uses
+    # vdpbf16ps carries __attribute__((target("avx512bf16"))), so the rest of
+    # the AVX-512 level also runs on Ice Lake / Cascade Lake servers.
+    set_source_files_properties(${avx512} PROPERTIES COMPILE_OPTIONS
+      "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
+    list(APPEND srcs ${avx2} ${avx512})
+    list(APPEND defs FT_SIMD_X86=1)
+  elseif(FT_SIMD_ARCH STREQUAL "aarch64")
+    set(neon ${root}/simd/arm/neon.c)
+    set(neon_dot ${root}/simd/arm/neon_dotprod.c)
+    set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS
+      "-march=armv8-a;-ffp-contract=off")
+    set_source_files_properties(${neon_dot} PROPERTIES COMPILE_OPTIONS
+      "-march=armv8.2-a+dotprod;-ffp-contract=off")
+    list(APPEND srcs ${neon} ${neon_dot})
+    list(APPEND defs FT_SIMD_ARM=1)
+  endif()
+  set(${out_sources} ${srcs} PARENT_SCOPE)
+  set(${out_defs} ${defs} PARENT_SCOPE)
+endfunction()

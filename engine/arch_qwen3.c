@@ -1,0 +1,80 @@
+/* qwen3: Qwen 3 (dense). The llama graph with a per-head RMS norm on Q and
+ * K before RoPE, NeoX RoPE, no biases.
+ *
+ *   per layer:  h = rmsnorm(x) * attn_norm
+ *               q, k, v = Wq h, Wk h, Wv h
+ *               q = rope_neox(rmsnorm_per_head(q) * q_norm)
+ *               k = rope_neox(rmsnorm_per_head(k) * k_norm)
+ *               x += Wo attention(q, K, V)                      scale 1/sqrt(head_dim)
+ *               x += Wdown (silu(Wgate rmsnorm(x)) * Wup rmsnorm(x))
+ *   logits = Wout (rmsnorm(x) * output_norm)
+ */
+#include "model_internal.h"
+
+static int qwen3_bind(struct ft_model *m) {
+    const struct ft_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim_k;
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim_k;
+    const int64_t K = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t V = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const int64_t O = (int64_t)hp->n_head * hp->head_dim_v;
+    int rc;
+    if ((rc = ft_bind_io(m)))
+        return rc;
+    for (int il = 0; il < hp->n_layer; il++) {
+        struct ft_layer *l = &m->layers[il];
+        if ((rc = ft_bind(m, &l->attn_norm, false, 0, E, "blk.%d.attn_norm.weight", il)) || /* (E) */
+            (rc = ft_bind(m, &l->wq, false, Q, E, "blk.%d.attn_q.weight", il)) ||           /* (Q, E) */
+            (rc = ft_bind(m, &l->wk, false, K, E, "blk.%d.attn_k.weight", il)) ||           /* (K, E) */
+            (rc = ft_bind(m, &l->wv, false, V, E, "blk.%d.attn_v.weight", il)) ||           /* (V, E) */
+            (rc = ft_bind(m, &l->q_norm, false, 0, D, "blk.%d.attn_q_norm.weight", il)) ||  /* (D) */
+            (rc = ft_bind(m, &l->k_norm, false, 0, D, "blk.%d.attn_k_norm.weight", il)) ||  /* (D) */
+            (rc = ft_bind(m, &l->wo, false, E, O, "blk.%d.attn_output.weight", il)) ||      /* (E, O) */
+            (rc = ft_bind(m, &l->ffn_norm, false, 0, E, "blk.%d.ffn_norm.weight", il)) ||   /* (E) */
+            (rc = ft_bind(m, &l->ffn_gate, false, F, E, "blk.%d.ffn_gate.weight", il)) ||   /* (F, E) */
+            (rc = ft_bind(m, &l->ffn_up, false, F, E, "blk.%d.ffn_up.weight", il)) ||       /* (F, E) */
+            (rc = ft_bind(m, &l->ffn_down, false, E, F, "blk.%d.ffn_down.weight", il)))     /* (E, F) */
+            return rc;
+    }
+    return FT_OK;
+}
+
+static void qwen3_forward(struct ft_fwd *f) {
+    const struct ft_model *m = f->m;
+    const struct ft_hparams *hp = &m->hp;
+    struct ft_scratch *s = f->s;
+
+    ft_blk_embed(f, 1.0f);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct ft_layer *l = &m->layers[il];
+        struct ft_rope rope;
+        ft_layer_rope(m, il, &rope);
+
+        ft_blk_rmsnorm(f, s->xb, s->x, &l->attn_norm);
+        ft_blk_qkv(f, l);
+        ft_blk_head_norm(f, s->q, hp->n_head, &l->q_norm);
+        ft_blk_head_norm(f, s->k, hp->n_head_kv, &l->k_norm);
+        ft_blk_rope(f, s->q, hp->n_head, hp->head_dim_k, &rope);
+        ft_blk_rope(f, s->k, hp->n_head_kv, hp->head_dim_k, &rope);
+        ft_blk_kv_store(f, il);
+        if (il == hp->n_layer - 1)
+            ft_blk_keep_out_rows(f); /* the rest only for rows that want logits */
+        ft_blk_attention(f, il, hp->attn_scale, 0);
+        ft_blk_matmul(f, s->tmp, &l->wo, NULL, s->att);
+        ft_blk_add(f, s->x, s->tmp, hp->n_embd);
+
+        ft_blk_rmsnorm(f, s->xb, s->x, &l->ffn_norm);
+        ft_blk_ffn(f, l, FT_GLU_SILU, s->tmp, s->xb);
+        ft_blk_add(f, s->x, s->tmp, hp->n_embd);
+    }
+    ft_blk_output(f);
+}
+
+const struct ft_arch_ops ft_arch_qwen3 = {
+    .name = "qwen3",
+    .arch = FT_ARCH_QWEN3,
+    .rope_neox = true,
+    .load_hparams = NULL,
+    .bind = qwen3_bind,
+    .forward = qwen3_forward,
+};

@@ -1,0 +1,309 @@
+/* Shared transformer blocks the architecture files compose: embedding,
+ * RMS norm, projections (matmul dispatch), RoPE, KV store and attention
+ * with GQA and sliding windows, gated MLP, the output head.
+ *
+ * Matmul follows ggml so quantized results agree closely with llama.cpp:
+ * weights stay in their GGUF type; each activation row is converted once to
+ * the weight type's vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and
+ * weight rows are dotted against it with that type's vec_dot. The work is
+ * split across the pool by output rows.
+ *
+ * Every function works on the rows of one internal batch (struct ft_fwd);
+ * none allocates. */
+#include "model_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+bool ft_layer_is_swa(const struct ft_hparams *hp, int il) {
+    if (hp->sliding_window <= 0)
+        return false;
+    /* llama.cpp set_swa_pattern: pattern 0 makes every layer local; else the
+     * last layer of each group of `pattern` is global. */
+    if (hp->swa_pattern <= 0)
+        return true;
+    return il % hp->swa_pattern < hp->swa_pattern - 1;
+}
+
+void ft_layer_rope(const struct ft_model *m, int il, struct ft_rope *r) {
+    const struct ft_hparams *hp = &m->hp;
+    const bool swa = ft_layer_is_swa(hp, il);
+    r->n_dims = hp->n_rot;
+    r->neox = hp->rope_neox;
+    /* llama.cpp: local layers have their own base and no linear scaling;
+     * the YaRN settings are the context's, shared by all layers. */
+    r->freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
+    r->freq_scale = swa ? 1.0f : hp->rope_freq_scale;
+    r->ext_factor = hp->rope_ext_factor;
+    r->attn_factor = hp->rope_attn_factor;
+    r->beta_fast = hp->rope_beta_fast;
+    r->beta_slow = hp->rope_beta_slow;
+    r->n_ctx_orig = hp->rope_n_ctx_orig;
+    r->freq_factors = m->rope_freqs.data;
+}
+
+/* ---- matmul dispatch ------------------------------------------------------- */
+
+struct convert_task {
+    enum ft_type type;
+    const float *in;
+    int64_t n_rows, k;
+    void *out;
+    size_t out_row;
+};
+
+static void convert_run(void *ctx, int ith, int nth) {
+    const struct convert_task *c = ctx;
+    const int64_t r0 = c->n_rows * ith / nth;
+    const int64_t r1 = c->n_rows * (ith + 1) / nth;
+    if (r1 > r0)
+        ft_convert_rows_ref(c->type, c->in + r0 * c->k, r1 - r0, c->k,
+                            (char *)c->out + (size_t)r0 * c->out_row);
+}
+
+/* Activations of `in` (n_rows, k) in type vdt: in itself for F32, else the
+ * converted rows in the scratch buffer. */
+static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enum ft_type vdt,
+                               size_t *row_size) {
+    *row_size = ft_row_size(vdt, k);
+    if (vdt == FT_TYPE_F32)
+        return in;
+    struct convert_task c = {vdt, in, f->n_rows, k, f->s->act, *row_size};
+    ft_threadpool_run(f->m->pool, convert_run, &c);
+    return f->s->act;
+}
+
+struct matmul_task {
+    const struct ft_weight *w;
+    const struct ft_weight *bias;
+    ft_vec_dot_fn dot;
+    const void *a;
+    size_t a_row;
+    int64_t n_tok;
+    float *out;
+    int64_t ld;
+};
+
+static void matmul_run(void *ctx, int ith, int nth) {
+    const struct matmul_task *t = ctx;
+    const int64_t rows = t->w->rows;
+    /* Chunks of whole groups of 8 rows keep each thread's output columns
+     * apart (no false sharing on a row of out within a cache line). */
+    const int64_t groups = (rows + 7) / 8;
+    const int64_t r0 = FT_MIN(rows, groups * ith / nth * 8);
+    const int64_t r1 = FT_MIN(rows, groups * (ith + 1) / nth * 8);
+    if (r1 <= r0)
+        return;
+    ft_matmul_rows_ref(t->dot, t->w->data, t->w->row_size, t->w->cols, r0, r1, t->a, t->a_row,
+                       t->n_tok, t->out, t->ld);
+    if (t->bias && t->bias->data) {
+        const float *b = t->bias->data;
+        for (int64_t i = 0; i < t->n_tok; i++)
+            for (int64_t r = r0; r < r1; r++)
+                t->out[i * t->ld + r] += b[r];
+    }
+}
+
+static void matmul_act(struct ft_fwd *f, float *out, int64_t ld, const struct ft_weight *w,
+                       const struct ft_weight *bias, const void *act, size_t act_row) {
+    struct matmul_task t = {
+        .w = w,
+        .bias = bias,
+        .dot = ft_type_traits(w->type)->vec_dot,
+        .a = act,
+        .a_row = act_row,
+        .n_tok = f->n_rows,
+        .out = out,
+        .ld = ld,
+    };
+    ft_threadpool_run(f->m->pool, matmul_run, &t);
+}
+
+static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
+
+void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
+                   const float *in) {
+    size_t row;
+    const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
+    matmul_act(f, out, w->rows, w, bias, act, row);
+}
+
+/* Several projections of the same input: convert once per distinct
+ * vec_dot_type (consecutive calls only; the buffer is reused). */
+static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *const *outs,
+                              const struct ft_weight *const *ws, const struct ft_weight *const *bs) {
+    enum ft_type have = FT_TYPE_COUNT;
+    const void *act = NULL;
+    size_t row = 0;
+    for (int i = 0; i < n; i++) {
+        const enum ft_type vdt = vdt_of(ws[i]);
+        if (vdt != have) {
+            act = convert_act(f, in, ws[i]->cols, vdt, &row);
+            have = vdt;
+        }
+        matmul_act(f, outs[i], ws[i]->rows, ws[i], bs[i], act, row);
+    }
+}
+
+void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
+    float *outs[3] = {f->s->q, f->s->k, f->s->v};
+    const struct ft_weight *ws[3] = {&l->wq, &l->wk, &l->wv};
+    const struct ft_weight *bs[3] = {&l->bq, &l->bk, &l->bv};
+    matmul_same_input(f, f->s->xb, 3, outs, ws, bs);
+}
+
+/* ---- elementwise and per-row blocks ------------------------------------------ */
+
+void ft_blk_embed(struct ft_fwd *f, float scale) {
+    const struct ft_weight *e = &f->m->tok_embd;
+    const ft_to_float_fn to_float = ft_type_traits(e->type)->to_float;
+    for (int32_t i = 0; i < f->n; i++) {
+        float *x = f->s->x + (int64_t)i * e->cols;
+        to_float((const char *)e->data + (size_t)f->token[i] * e->row_size, x, e->cols);
+        if (scale != 1.0f)
+            for (int64_t j = 0; j < e->cols; j++)
+                x[j] *= scale;
+    }
+}
+
+void ft_blk_rmsnorm(struct ft_fwd *f, float *y, const float *x, const struct ft_weight *w) {
+    const int64_t n = w->cols;
+    for (int32_t i = 0; i < f->n_rows; i++)
+        ft_rmsnorm_ref(y + i * n, x + i * n, w->data, n, f->m->hp.norm_eps);
+}
+
+void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct ft_weight *w) {
+    const int64_t hd = w->cols;
+    const int64_t rows = (int64_t)f->n_rows * n_head;
+    for (int64_t i = 0; i < rows; i++)
+        ft_rmsnorm_ref(x + i * hd, x + i * hd, w->data, hd, f->m->hp.norm_eps);
+}
+
+void ft_blk_rope(struct ft_fwd *f, float *x, int32_t n_head, int32_t hd, const struct ft_rope *r) {
+    float *cache = f->s->rope_cache;
+    for (int32_t i = 0; i < f->n_rows; i++) {
+        ft_rope_cache_ref(r, f->s->row_pos[i], cache);
+        for (int32_t h = 0; h < n_head; h++)
+            ft_rope_apply_ref(x + ((int64_t)i * n_head + h) * hd, r->n_dims, r->neox, cache);
+    }
+}
+
+void ft_blk_scale(struct ft_fwd *f, float *x, int64_t width, float scale) {
+    const int64_t n = (int64_t)f->n_rows * width;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= scale;
+}
+
+void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width) {
+    const int64_t n = (int64_t)f->n_rows * width;
+    for (int64_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+/* ---- KV and attention --------------------------------------------------------- */
+
+void ft_blk_kv_store(struct ft_fwd *f, int il) {
+    struct ft_kv_cache *kv = f->kv;
+    for (int32_t i = 0; i < f->n_rows; i++) {
+        const int64_t cell = ft_kv_cell(kv, f->s->row_seq[i], f->s->row_pos[i]);
+        uint16_t *kd = kv->k[il] + cell * kv->k_row;
+        uint16_t *vd = kv->v[il] + cell * kv->v_row;
+        const float *ks = f->s->k + (int64_t)i * kv->k_row;
+        const float *vs = f->s->v + (int64_t)i * kv->v_row;
+        for (int64_t j = 0; j < kv->k_row; j++)
+            kd[j] = ft_fp32_to_fp16(ks[j]);
+        for (int64_t j = 0; j < kv->v_row; j++)
+            vd[j] = ft_fp32_to_fp16(vs[j]);
+    }
+}
+
+void ft_blk_keep_out_rows(struct ft_fwd *f) {
+    struct ft_scratch *s = f->s;
+    const struct ft_hparams *hp = &f->m->hp;
+    const int64_t wx = hp->n_embd;
+    const int64_t wq = (int64_t)hp->n_head * hp->head_dim_k;
+    for (int32_t o = 0; o < f->n_out; o++) {
+        const int32_t i = s->row_out[o]; /* increasing, so i >= o */
+        if (i == o)
+            continue;
+        memmove(s->x + o * wx, s->x + i * wx, (size_t)wx * sizeof(float));
+        memmove(s->q + o * wq, s->q + i * wq, (size_t)wq * sizeof(float));
+        s->row_pos[o] = s->row_pos[i];
+        s->row_seq[o] = s->row_seq[i];
+    }
+    f->n_rows = f->n_out;
+}
+
+struct attn_task {
+    struct ft_fwd *f;
+    int il;
+    float scale;
+    int32_t window;
+};
+
+static void attn_run(void *ctx, int ith, int nth) {
+    const struct attn_task *t = ctx;
+    const struct ft_fwd *f = t->f;
+    const struct ft_hparams *hp = &f->m->hp;
+    const struct ft_kv_cache *kv = f->kv;
+    const int64_t n_items = (int64_t)f->n_rows * hp->n_head;
+    const int64_t i0 = n_items * ith / nth;
+    const int64_t i1 = n_items * (ith + 1) / nth;
+    const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
+    uint16_t *tmp = f->s->attn_tmp + (size_t)ith * f->s->attn_tmp_stride;
+
+    for (int64_t it = i0; it < i1; it++) {
+        const int32_t r = (int32_t)(it / hp->n_head);
+        const int32_t h = (int32_t)(it % hp->n_head);
+        const int32_t kvh = h / group;
+        const int32_t pos = f->s->row_pos[r];
+        const struct ft_attn_kv a = {
+            .k = kv->k[t->il] + (int64_t)kvh * hp->head_dim_k,
+            .v = kv->v[t->il] + (int64_t)kvh * hp->head_dim_v,
+            .blocks = kv->seqs[f->s->row_seq[r]].blocks,
+            .block_tokens = FT_KV_BLOCK_TOKENS,
+            .k_row = kv->k_row,
+            .v_row = kv->v_row,
+        };
+        /* llama.cpp masks key j of a sliding-window layer when pos - j >= window. */
+        const int32_t p0 = t->window > 0 ? FT_MAX(0, pos - t->window + 1) : 0;
+        const float *q = f->s->q + ((int64_t)r * hp->n_head + h) * hp->head_dim_k;
+        float *out = f->s->att + ((int64_t)r * hp->n_head + h) * hp->head_dim_v;
+        ft_attention_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
+    }
+}
+
+void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
+    struct attn_task t = {f, il, kq_scale, window};
+    ft_threadpool_run(f->m->pool, attn_run, &t);
+}
+
+/* ---- MLP and output ------------------------------------------------------------ */
+
+void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in) {
+    struct ft_scratch *s = f->s;
+    float *outs[2] = {s->gate, s->up};
+    const struct ft_weight *ws[2] = {&l->ffn_gate, &l->ffn_up};
+    const struct ft_weight *bs[2] = {NULL, NULL};
+    matmul_same_input(f, in, 2, outs, ws, bs);
+    const int64_t n = (int64_t)f->n_rows * l->ffn_gate.rows;
+    if (act == FT_GLU_SILU)
+        ft_swiglu_ref(s->gate, s->gate, s->up, n);
+    else
+        ft_geglu_ref(s->gate, s->gate, s->up, n);
+    ft_blk_matmul(f, out, &l->ffn_down, NULL, s->gate);
+}
+
+void ft_blk_output(struct ft_fwd *f) {
+    const struct ft_model *m = f->m;
+    if (f->n_rows == 0)
+        return;
+    ft_blk_rmsnorm(f, f->s->xb, f->s->x, &m->output_norm);
+    ft_blk_matmul(f, f->logits, &m->output, &m->output_b, f->s->xb);
+    if (m->hp.final_softcap > 0.0f) {
+        const int64_t n = (int64_t)f->n_rows * m->output.rows;
+        const float c = m->hp.final_softcap;
+        for (int64_t i = 0; i < n; i++)
+            f->logits[i] = c * tanhf(f->logits[i] * (1.0f / c));
+    }
+}

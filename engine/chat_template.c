@@ -1,0 +1,261 @@
+/* Chat templates (include/ft/chat_template.h): the public face of the Jinja
+ * interpreter in jinja_*.c, the variables a chat template sees, and the
+ * built-in templates for models whose GGUF carries no
+ * `tokenizer.chat_template`.
+ *
+ * The built-in texts are the families' official Hugging Face templates
+ * (data, not code): Gemma 3 (google/gemma-3-*-it), ChatML as Qwen and
+ * OpenHermes use it without tools or a default system prompt, Llama 3
+ * (meta-llama/Meta-Llama-3-8B-Instruct), Llama 2 chat
+ * (meta-llama/Llama-2-7b-chat-hf) and Mistral's v1 template with a system
+ * prompt (mistralai/Mistral-7B-Instruct-v0.2).
+ */
+#include "ft/chat_template.h"
+
+#include "ft/common.h"
+#include "jinja.h"
+
+#include <string.h>
+#include <stdlib.h>
+
+struct ft_chat_template {
+    struct ftj_template *t;
+};
+
+#define FT_CHAT_TEMPLATE_MAX_SRC (1u << 20) /* real templates are a few KiB */
+
+/* How Hugging Face transformers renders chat templates. */
+static const struct ftj_lex_opts hf_lex = {.trim_blocks = true, .lstrip_blocks = true, .keep_trailing_newline = false};
+
+static const char gemma_src[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n'}}\n"
+    "{%- endif -%}\n";
+
+static const char chatml_src[] =
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static const char llama3_src[] =
+    "{% set loop_messages = messages %}"
+    "{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+static const char llama2_src[] =
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
+    "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}"
+    "{% endfor %}";
+
+static const char mistral_src[] =
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "\n"
+    "{{- bos_token }}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+    "        {{- raise_exception('After the optional system message, conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}\n"
+    "    {%- endif %}\n"
+    "    {%- if message['role'] == 'user' %}\n"
+    "        {%- if loop.first and system_message is defined %}\n"
+    "            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n"
+    "        {%- else %}\n"
+    "            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n"
+    "        {{- ' ' + message['content'] + eos_token}}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial "
+    "optional system message!') }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n";
+
+static const struct {
+    const char *name;
+    const char *src;
+    size_t len;
+} builtins[] = {
+    {"gemma", gemma_src, sizeof(gemma_src) - 1},
+    {"chatml", chatml_src, sizeof(chatml_src) - 1},
+    {"llama3", llama3_src, sizeof(llama3_src) - 1},
+    {"llama2", llama2_src, sizeof(llama2_src) - 1},
+    {"mistral", mistral_src, sizeof(mistral_src) - 1},
+};
+
+int ft_chat_template_parse(const char *src, size_t len, struct ft_chat_template **out) {
+    if (!out || (!src && len)) {
+        FT_LOG_E("chat template: no template text");
+        return FT_EINVAL;
+    }
+    *out = NULL;
+    if (len > FT_CHAT_TEMPLATE_MAX_SRC) {
+        FT_LOG_E("chat template: %zu bytes is larger than the %u-byte limit", len, FT_CHAT_TEMPLATE_MAX_SRC);
+        return FT_ERANGE;
+    }
+    struct ft_chat_template *t = calloc(1, sizeof(*t));
+    if (!t) {
+        FT_LOG_E("chat template: out of memory");
+        return FT_ENOMEM;
+    }
+    int rc = ftj_parse(src ? src : "", len, &hf_lex, &t->t);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int ft_chat_template_builtin(const char *name, struct ft_chat_template **out) {
+    for (size_t i = 0; name && i < FT_ARRAY_LEN(builtins); i++)
+        if (strcmp(name, builtins[i].name) == 0)
+            return ft_chat_template_parse(builtins[i].src, builtins[i].len, out);
+    FT_LOG_E("chat template: no built-in template named '%s' (gemma, chatml, llama3, llama2, mistral)",
+             name ? name : "(null)");
+    return FT_ENOENT;
+}
+
+const char *ft_chat_template_builtin_for_arch(const char *arch) {
+    static const struct {
+        const char *arch, *name;
+    } map[] = {
+        {"gemma", "gemma"},   {"gemma2", "gemma"},  {"gemma3", "gemma"},   {"gemma3n", "gemma"},
+        {"qwen2", "chatml"},  {"qwen3", "chatml"},  {"qwen2moe", "chatml"}, {"qwen3moe", "chatml"},
+        {"llama", "llama3"},
+    };
+    for (size_t i = 0; arch && i < FT_ARRAY_LEN(map); i++)
+        if (strcmp(arch, map[i].arch) == 0)
+            return map[i].name;
+    return NULL;
+}
+
+void ft_chat_template_free(struct ft_chat_template *t) {
+    if (!t)
+        return;
+    ftj_template_free(t->t);
+    free(t);
+}
+
+static struct ftj_val cstr(const char *s) { return s ? ftj_strv(s, strlen(s)) : ftj_strv("", 0); }
+
+int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_chat_message *msgs, size_t n,
+                            bool add_generation_prompt, const char *bos_token, const char *eos_token, char **out,
+                            size_t *out_len) {
+    if (!t || !out || (n && !msgs)) {
+        FT_LOG_E("chat template: invalid arguments");
+        return FT_EINVAL;
+    }
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    if (n > ftj_default_limits.max_list) {
+        FT_LOG_E("chat template: %zu messages is more than the limit of %zu", n, ftj_default_limits.max_list);
+        return FT_ERANGE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].role) {
+            FT_LOG_E("chat template: message %zu has no role", i);
+            return FT_EINVAL;
+        }
+    }
+    struct ftj_render *r;
+    int rc = ftj_render_new(t->t, &ftj_default_limits, &r);
+    if (rc) {
+        FT_LOG_E("chat template: out of memory");
+        return rc;
+    }
+    struct ftj_arena *a = ftj_render_arena(r);
+    struct ftj_list *list = ftj_list_new(a, n, false);
+    rc = list ? 0 : FT_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++) {
+        struct ftj_dict *d = ftj_dict_new(a, 2);
+        if (!d || ftj_dict_set(a, d, ftj_strv("role", 4), cstr(msgs[i].role)) ||
+            ftj_dict_set(a, d, ftj_strv("content", 7), msgs[i].content ? cstr(msgs[i].content) : ftj_none())) {
+            rc = FT_ENOMEM;
+            break;
+        }
+        list->v[i].type = FTJ_DICT;
+        list->v[i].u.dict = d;
+    }
+    if (!rc) {
+        struct ftj_val lv = {.type = FTJ_LIST, .u.list = list};
+        rc = ftj_render_set(r, "messages", lv);
+        if (!rc)
+            rc = ftj_render_set(r, "add_generation_prompt", ftj_bool(add_generation_prompt));
+        if (!rc)
+            rc = ftj_render_set(r, "bos_token", cstr(bos_token));
+        if (!rc)
+            rc = ftj_render_set(r, "eos_token", cstr(eos_token));
+    }
+    if (rc) {
+        if (a->over_limit)
+            rc = FT_ERANGE;
+        FT_LOG_E("chat template: %s building %zu messages", rc == FT_ERANGE ? "render memory limit reached" : "out of memory",
+                 n);
+        ftj_render_free(r);
+        return rc;
+    }
+    size_t len = 0;
+    rc = ftj_render_run(r, out, &len);
+    ftj_render_free(r);
+    if (!rc && out_len)
+        *out_len = len;
+    return rc;
+}

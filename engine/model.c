@@ -1,0 +1,520 @@
+/* Model loading and the forward-pass entry point.
+ *
+ * ft_model_load() opens the GGUF file (mmap), picks the architecture from
+ * general.architecture, reads the hyper-parameters from `<arch>.*` keys with
+ * llama.cpp's defaults, binds every tensor with its shape and type checked,
+ * and loads the tokenizer. Weights are never copied: every ft_weight points
+ * into the mapping, which lives as long as the model.
+ *
+ * ft_model_forward() validates a batch, reserves its KV blocks, and runs the
+ * architecture's forward pass over internal batches of at most FT_UBATCH
+ * tokens with scratch buffers that are reused across calls. One forward at
+ * a time per model: the scratch and the thread pool belong to the model
+ * (the scheduler thread owns both). */
+#include "model_internal.h"
+
+#include "ft/gguf.h"
+#include "ft/tokenizer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct ft_arch_ops *const g_archs[] = {
+    &ft_arch_llama,
+    &ft_arch_qwen2,
+    &ft_arch_qwen3,
+    &ft_arch_gemma3,
+};
+
+/* ---- metadata ------------------------------------------------------------------ */
+
+/* `<arch>.<suffix>` as an int32 (scalar, or an array whose elements are all
+ * equal: per-layer keys of uniform models). FT_ENOENT if absent (the
+ * caller decides whether that is an error), FT_EUNSUPPORTED for per-layer
+ * values that differ. */
+static int key_i32(const struct ft_model *m, const char *suffix, int32_t *out) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", m->hp.arch_name, suffix);
+    const int64_t id = ft_gguf_find_key(m->gguf, key);
+    if (id < 0)
+        return FT_ENOENT;
+    if (ft_gguf_kv_type(m->gguf, id) != FT_GGUF_ARRAY)
+        return ft_gguf_get_i32(m->gguf, key, out);
+
+    enum ft_gguf_vtype t;
+    const void *data;
+    uint64_t n;
+    int rc = ft_gguf_get_arr(m->gguf, key, &t, &data, &n);
+    if (rc != FT_OK)
+        return rc;
+    if (n == 0 || (t != FT_GGUF_UINT32 && t != FT_GGUF_INT32)) {
+        FT_LOG_E("%s: key %s must be an integer or a non-empty integer array", ft_gguf_path(m->gguf), key);
+        return FT_EFORMAT;
+    }
+    const int32_t *v = data; /* UINT32 values above INT32_MAX fail the range check below */
+    for (uint64_t i = 1; i < n; i++) {
+        if (v[i] != v[0]) {
+            FT_LOG_E("%s: per-layer values of %s differ (layer 0: %d, layer %llu: %d); not supported",
+                     ft_gguf_path(m->gguf), key, (int)v[0], (unsigned long long)i, (int)v[i]);
+            return FT_EUNSUPPORTED;
+        }
+    }
+    if (v[0] < 0) {
+        FT_LOG_E("%s: key %s is out of range", ft_gguf_path(m->gguf), key);
+        return FT_EFORMAT;
+    }
+    *out = v[0];
+    return FT_OK;
+}
+
+static int key_f32(const struct ft_model *m, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", m->hp.arch_name, suffix);
+    return ft_gguf_get_f32(m->gguf, key, out);
+}
+
+static int key_str(const struct ft_model *m, const char *suffix, struct ft_str *out) {
+    char key[128];
+    snprintf(key, sizeof(key), "%s.%s", m->hp.arch_name, suffix);
+    return ft_gguf_get_str(m->gguf, key, out);
+}
+
+/* Absent keys keep the default already in *out; a present key with a bad
+ * type is an error. */
+static int opt(int rc) { return rc == FT_ENOENT ? FT_OK : rc; }
+
+static int need(const struct ft_model *m, const char *suffix, int rc) {
+    if (rc == FT_ENOENT) {
+        FT_LOG_E("%s: required key %s.%s is missing", ft_gguf_path(m->gguf), m->hp.arch_name, suffix);
+        return FT_EFORMAT;
+    }
+    return rc;
+}
+
+static bool str_eq(struct ft_str s, const char *c) {
+    return s.len == strlen(c) && memcmp(s.s, c, s.len) == 0;
+}
+
+static int load_hparams(struct ft_model *m) {
+    struct ft_hparams *hp = &m->hp;
+    int rc;
+    if ((rc = need(m, "context_length", key_i32(m, "context_length", &hp->n_ctx_train))) ||
+        (rc = need(m, "embedding_length", key_i32(m, "embedding_length", &hp->n_embd))) ||
+        (rc = need(m, "block_count", key_i32(m, "block_count", &hp->n_layer))) ||
+        (rc = need(m, "feed_forward_length", key_i32(m, "feed_forward_length", &hp->n_ff))) ||
+        (rc = need(m, "attention.head_count", key_i32(m, "attention.head_count", &hp->n_head))) ||
+        (rc = need(m, "attention.layer_norm_rms_epsilon",
+                   key_f32(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))))
+        return rc;
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_layer > 4096 || hp->n_head <= 0 || hp->n_ff <= 0) {
+        FT_LOG_E("%s: bad sizes: n_embd %d, block_count %d, head_count %d, feed_forward_length %d",
+                 ft_gguf_path(m->gguf), (int)hp->n_embd, (int)hp->n_layer, (int)hp->n_head, (int)hp->n_ff);
+        return FT_EFORMAT;
+    }
+    hp->n_head_kv = hp->n_head;
+    hp->head_dim_k = hp->n_embd / hp->n_head;
+    hp->head_dim_v = hp->n_embd / hp->n_head;
+    if ((rc = opt(key_i32(m, "attention.head_count_kv", &hp->n_head_kv))) ||
+        (rc = opt(key_i32(m, "attention.key_length", &hp->head_dim_k))) ||
+        (rc = opt(key_i32(m, "attention.value_length", &hp->head_dim_v))))
+        return rc;
+    hp->n_rot = hp->head_dim_k;
+    if ((rc = opt(key_i32(m, "rope.dimension_count", &hp->n_rot))))
+        return rc;
+    if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0 || hp->head_dim_k <= 0 ||
+        hp->head_dim_v <= 0 || hp->head_dim_k > 4096 || hp->head_dim_v > 4096 || hp->n_rot < 0 ||
+        hp->n_rot > hp->head_dim_k || hp->n_rot % 2 != 0) {
+        FT_LOG_E("%s: bad attention shape: head_count %d, head_count_kv %d, key_length %d, "
+                 "value_length %d, rope.dimension_count %d",
+                 ft_gguf_path(m->gguf), (int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim_k,
+                 (int)hp->head_dim_v, (int)hp->n_rot);
+        return FT_EFORMAT;
+    }
+    if (!(hp->norm_eps >= 0.0f && hp->norm_eps < 1.0f)) {
+        FT_LOG_E("%s: bad layer_norm_rms_epsilon %g", ft_gguf_path(m->gguf), hp->norm_eps);
+        return FT_EFORMAT;
+    }
+
+    /* RoPE (llama_model::load_hparams and llama_context's cparams). */
+    hp->rope_freq_base = 10000.0f;
+    hp->rope_freq_base_swa = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_ext_factor = 0.0f;
+    hp->rope_attn_factor = 1.0f;
+    hp->rope_beta_fast = 32.0f;
+    hp->rope_beta_slow = 1.0f;
+    hp->rope_n_ctx_orig = hp->n_ctx_train;
+    if ((rc = opt(key_f32(m, "rope.freq_base", &hp->rope_freq_base))))
+        return rc;
+    float factor = 0.0f;
+    rc = key_f32(m, "rope.scaling.factor", &factor);
+    if (rc == FT_ENOENT)
+        rc = opt(key_f32(m, "rope.scale_linear", &factor));
+    if (rc)
+        return rc;
+    if (factor != 0.0f)
+        hp->rope_freq_scale = 1.0f / factor;
+    struct ft_str scaling = {"linear", 6};
+    if ((rc = opt(key_str(m, "rope.scaling.type", &scaling))))
+        return rc;
+    float attn_factor = 1.0f;
+    if ((rc = opt(key_i32(m, "rope.scaling.original_context_length", &hp->rope_n_ctx_orig))) ||
+        (rc = opt(key_f32(m, "rope.scaling.attn_factor", &attn_factor))))
+        return rc;
+    if (str_eq(scaling, "none")) {
+        hp->rope_freq_scale = 1.0f;
+    } else if (str_eq(scaling, "yarn")) {
+        /* cparams: ext_factor 1, attn_factor = mscale(factor) cancelled by
+         * the kernel's own 1 + 0.1 ln(factor). */
+        const float f = 1.0f / hp->rope_freq_scale;
+        hp->rope_ext_factor = 1.0f;
+        hp->rope_attn_factor = (f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f) / (1.0f + 0.1f * logf(f));
+    } else if (!str_eq(scaling, "linear")) {
+        FT_LOG_E("%s: rope scaling type '%.*s' is not supported (none, linear, yarn are)",
+                 ft_gguf_path(m->gguf), (int)scaling.len, scaling.s);
+        return FT_EUNSUPPORTED;
+    }
+    hp->rope_attn_factor *= attn_factor;
+    if (!(hp->rope_freq_base > 0.0f) || !(hp->rope_freq_scale > 0.0f) || !isfinite(hp->rope_freq_scale)) {
+        FT_LOG_E("%s: bad rope.freq_base %g or scaling factor %g", ft_gguf_path(m->gguf),
+                 hp->rope_freq_base, factor);
+        return FT_EFORMAT;
+    }
+    if (hp->rope_n_ctx_orig <= 0)
+        hp->rope_n_ctx_orig = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+
+    hp->rope_neox = m->arch->rope_neox;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+    if (m->arch->load_hparams && (rc = m->arch->load_hparams(m)))
+        return rc;
+    return FT_OK;
+}
+
+/* ---- tensors ----------------------------------------------------------------------- */
+
+static void shape_str(char *buf, size_t cap, const int64_t *ne, int n_dims) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n_dims && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    if (o < cap)
+        snprintf(buf + o, cap - o, "]");
+}
+
+int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
+            const char *fmt, ...) {
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    memset(w, 0, sizeof(*w));
+
+    const char *path = ft_gguf_path(m->gguf);
+    const struct ft_gguf_tensor *t = ft_gguf_find_tensor(m->gguf, name);
+    const int64_t want[2] = {cols, rows};
+    const int want_dims = rows > 0 ? 2 : 1;
+    char ws[64], hs[64];
+    shape_str(ws, sizeof(ws), want, want_dims);
+    if (!t) {
+        if (optional)
+            return FT_OK;
+        FT_LOG_E("%s: tensor '%s' is missing (expected shape %s)", path, name, ws);
+        return FT_EFORMAT;
+    }
+    bool ok = t->ne[0] == cols && t->ne[1] == (rows > 0 ? rows : 1);
+    for (int i = 2; i < FT_GGUF_MAX_DIMS; i++)
+        ok = ok && t->ne[i] == 1;
+    if (!ok) {
+        shape_str(hs, sizeof(hs), t->ne, t->n_dims);
+        FT_LOG_E("%s: tensor '%s' has shape %s, expected %s", path, name, hs, ws);
+        return FT_EFORMAT;
+    }
+
+    const struct ft_type_info *ti = ft_type_traits(t->type);
+    if (rows == 0) {
+        /* Norm weights and biases are used as float arrays. */
+        if (t->type != FT_TYPE_F32 || ((uintptr_t)t->data & 3) != 0) {
+            FT_LOG_E("%s: tensor '%s' has type %s; vectors must be F32", path, name, ft_type_name(t->type));
+            return FT_EUNSUPPORTED;
+        }
+    } else {
+        if (!ti || !ti->can_run || !ti->to_float || !ti->vec_dot) {
+            FT_LOG_E("%s: tensor '%s' has type %s, which this engine cannot run", path, name,
+                     ft_type_name(t->type));
+            return FT_EUNSUPPORTED;
+        }
+        const struct ft_type_info *vt = ft_type_traits(ti->vec_dot_type);
+        if (!vt || (ti->vec_dot_type != FT_TYPE_F32 && !vt->from_float) ||
+            ft_row_size(ti->vec_dot_type, cols) == 0) {
+            FT_LOG_E("%s: tensor '%s' (%s, row length %lld): activations cannot be converted to %s",
+                     path, name, ft_type_name(t->type), (long long)cols, ft_type_name(ti->vec_dot_type));
+            return FT_EUNSUPPORTED;
+        }
+    }
+    const size_t row_size = ft_row_size(t->type, cols);
+    if (row_size == 0) {
+        FT_LOG_E("%s: tensor '%s': row length %lld is not a multiple of the %s block size", path, name,
+                 (long long)cols, ft_type_name(t->type));
+        return FT_EFORMAT;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->rows = rows > 0 ? rows : 1;
+    w->cols = cols;
+    w->row_size = row_size;
+    return FT_OK;
+}
+
+int ft_bind_io(struct ft_model *m) {
+    const struct ft_hparams *hp = &m->hp;
+    int rc;
+    if ((rc = ft_bind(m, &m->tok_embd, false, hp->n_vocab, hp->n_embd, "token_embd.weight")) ||
+        (rc = ft_bind(m, &m->output_norm, false, 0, hp->n_embd, "output_norm.weight")) ||
+        (rc = ft_bind(m, &m->output, true, hp->n_vocab, hp->n_embd, "output.weight")))
+        return rc;
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->hp.tied_output = true;
+    }
+    return FT_OK;
+}
+
+/* ---- scratch ----------------------------------------------------------------------- */
+
+static void scratch_free(struct ft_scratch *s) {
+    free(s->x);
+    free(s->xb);
+    free(s->tmp);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->act);
+    free(s->row_pos);
+    free(s->row_seq);
+    free(s->row_out);
+    free(s->rope_cache);
+    free(s->attn_tmp);
+    memset(s, 0, sizeof(*s));
+}
+
+static void *grow(void *p, size_t n, size_t elem, bool *fail) {
+    void *q = realloc(p, n * elem);
+    if (!q) {
+        *fail = true;
+        return p;
+    }
+    return q;
+}
+
+/* Size every buffer for n tokens (n <= FT_UBATCH, so no overflow). */
+static int scratch_reserve(struct ft_model *m, int32_t n) {
+    struct ft_scratch *s = &m->s;
+    if (s->cap >= n)
+        return FT_OK;
+    const struct ft_hparams *hp = &m->hp;
+    const size_t N = (size_t)n;
+    const size_t wq = (size_t)hp->n_head * (size_t)hp->head_dim_k;
+    const size_t wk = (size_t)hp->n_head_kv * (size_t)hp->head_dim_k;
+    const size_t wv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    const size_t wa = (size_t)hp->n_head * (size_t)hp->head_dim_v;
+    /* Widest matmul input; a converted row never takes more than 4 bytes
+     * per element (F32 is the widest vec_dot_type). */
+    const size_t max_in = FT_MAX(FT_MAX((size_t)hp->n_embd, (size_t)hp->n_ff), wa);
+    bool fail = false;
+    s->x = grow(s->x, N * (size_t)hp->n_embd, sizeof(float), &fail);
+    s->xb = grow(s->xb, N * (size_t)hp->n_embd, sizeof(float), &fail);
+    s->tmp = grow(s->tmp, N * (size_t)hp->n_embd, sizeof(float), &fail);
+    s->q = grow(s->q, N * wq, sizeof(float), &fail);
+    s->k = grow(s->k, N * wk, sizeof(float), &fail);
+    s->v = grow(s->v, N * wv, sizeof(float), &fail);
+    s->att = grow(s->att, N * wa, sizeof(float), &fail);
+    s->gate = grow(s->gate, N * (size_t)hp->n_ff, sizeof(float), &fail);
+    s->up = grow(s->up, N * (size_t)hp->n_ff, sizeof(float), &fail);
+    s->act = grow(s->act, N * max_in, sizeof(float), &fail);
+    s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
+    s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
+    s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);
+    if (fail) {
+        FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
+        return FT_ENOMEM;
+    }
+    s->act_size = N * max_in * sizeof(float);
+    s->cap = n;
+    return FT_OK;
+}
+
+/* ---- load / free ------------------------------------------------------------------ */
+
+int ft_model_load(const char *path, const struct ft_model_params *params, struct ft_model **out) {
+    *out = NULL;
+    if (!path) {
+        FT_LOG_E("no model path");
+        return FT_EINVAL;
+    }
+    struct ft_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        FT_LOG_E("out of memory");
+        return FT_ENOMEM;
+    }
+    int rc = ft_gguf_open(path, &m->gguf);
+    if (rc)
+        goto fail;
+
+    struct ft_str arch;
+    rc = ft_gguf_get_str(m->gguf, "general.architecture", &arch);
+    if (rc) {
+        if (rc == FT_ENOENT)
+            FT_LOG_E("%s: general.architecture is missing", path);
+        rc = FT_EFORMAT;
+        goto fail;
+    }
+    for (size_t i = 0; i < FT_ARRAY_LEN(g_archs); i++)
+        if (str_eq(arch, g_archs[i]->name))
+            m->arch = g_archs[i];
+    if (!m->arch) {
+        FT_LOG_E("%s: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3 are)", path,
+                 (int)FT_MIN(arch.len, 64), arch.s);
+        rc = FT_EUNSUPPORTED;
+        goto fail;
+    }
+    m->hp.arch = m->arch->arch;
+    snprintf(m->hp.arch_name, sizeof(m->hp.arch_name), "%s", m->arch->name);
+
+    if ((rc = load_hparams(m)))
+        goto fail;
+    if ((rc = ft_tokenizer_load(m->gguf, &m->tok)))
+        goto fail;
+    m->hp.n_vocab = ft_tokenizer_n_vocab(m->tok);
+    if (m->hp.n_vocab <= 0) {
+        FT_LOG_E("%s: the vocabulary is empty", path);
+        rc = FT_EFORMAT;
+        goto fail;
+    }
+
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof(*m->layers));
+    if (!m->layers) {
+        rc = FT_ENOMEM;
+        FT_LOG_E("out of memory");
+        goto fail;
+    }
+    if ((rc = m->arch->bind(m)))
+        goto fail;
+
+    if ((rc = ft_threadpool_new(params ? params->n_threads : 0, &m->pool)))
+        goto fail;
+    /* Per-thread attention scratch and the RoPE table do not depend on the
+     * batch size. */
+    const int nth = ft_threadpool_n_threads(m->pool);
+    m->s.attn_tmp_stride = ((size_t)m->hp.head_dim_k + 31) & ~(size_t)31;
+    m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
+    m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
+    if (!m->s.attn_tmp || !m->s.rope_cache) {
+        rc = FT_ENOMEM;
+        FT_LOG_E("out of memory");
+        goto fail;
+    }
+    FT_LOG_I("%s: %s, %d layers, n_embd %d, %d heads (%d kv, dim %d), n_ff %d, vocab %d, %d threads",
+             path, m->hp.arch_name, (int)m->hp.n_layer, (int)m->hp.n_embd, (int)m->hp.n_head,
+             (int)m->hp.n_head_kv, (int)m->hp.head_dim_k, (int)m->hp.n_ff, (int)m->hp.n_vocab, nth);
+    *out = m;
+    return FT_OK;
+
+fail:
+    ft_model_free(m);
+    return rc;
+}
+
+void ft_model_free(struct ft_model *m) {
+    if (!m)
+        return;
+    ft_threadpool_free(m->pool);
+    scratch_free(&m->s);
+    free(m->layers);
+    ft_tokenizer_free(m->tok);
+    ft_gguf_close(m->gguf);
+    free(m);
+}
+
+const struct ft_hparams *ft_model_hparams(const struct ft_model *m) { return &m->hp; }
+const struct ft_tokenizer *ft_model_tokenizer(const struct ft_model *m) { return m->tok; }
+const struct ft_gguf *ft_model_gguf(const struct ft_model *m) { return m->gguf; }
+
+size_t ft_model_kv_bytes_per_token(const struct ft_model *m) {
+    const struct ft_hparams *hp = &m->hp;
+    return (size_t)hp->n_layer * (size_t)hp->n_head_kv *
+           ((size_t)hp->head_dim_k + (size_t)hp->head_dim_v) * sizeof(uint16_t);
+}
+
+/* ---- forward ----------------------------------------------------------------------- */
+
+static bool wants(const struct ft_batch *b, int32_t i) {
+    return b->want_logits ? b->want_logits[i] : i == b->n_tokens - 1;
+}
+
+int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
+                     float *logits) {
+    if (!m || !kv || !b || !b->token || !b->pos || !b->seq_id) {
+        FT_LOG_E("missing model, cache or batch arrays");
+        return FT_EINVAL;
+    }
+    if (kv->m != m) {
+        FT_LOG_E("the KV cache was created for another model");
+        return FT_EINVAL;
+    }
+    if (b->n_tokens <= 0 || b->n_tokens > FT_MAX_BATCH) {
+        FT_LOG_E("batch of %d tokens: must be 1..%d", (int)b->n_tokens, FT_MAX_BATCH);
+        return FT_EINVAL;
+    }
+    int32_t n_want = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) {
+            FT_LOG_E("token %d: id %d is outside the vocabulary (0..%d)", (int)i, (int)b->token[i],
+                     (int)m->hp.n_vocab - 1);
+            return FT_EINVAL;
+        }
+        n_want += wants(b, i);
+    }
+    if (n_want > 0 && !logits) {
+        FT_LOG_E("%d tokens want logits but no logits buffer was given", (int)n_want);
+        return FT_EINVAL;
+    }
+    int rc = scratch_reserve(m, FT_MIN(b->n_tokens, FT_UBATCH));
+    if (rc)
+        return rc;
+    if ((rc = ft_kv_cache_prepare(kv, b)))
+        return rc;
+
+    int32_t out_done = 0;
+    for (int32_t start = 0; start < b->n_tokens; start += FT_UBATCH) {
+        const int32_t n = FT_MIN(FT_UBATCH, b->n_tokens - start);
+        struct ft_scratch *s = &m->s;
+        int32_t n_out = 0;
+        for (int32_t i = 0; i < n; i++) {
+            s->row_pos[i] = b->pos[start + i];
+            s->row_seq[i] = b->seq_id[start + i];
+            if (wants(b, start + i))
+                s->row_out[n_out++] = i;
+        }
+        struct ft_fwd f = {
+            .m = m,
+            .kv = kv,
+            .n = n,
+            .token = b->token + start,
+            .n_rows = n,
+            .n_out = n_out,
+            .logits = logits ? logits + (size_t)out_done * (size_t)m->hp.n_vocab : NULL,
+            .s = s,
+        };
+        m->arch->forward(&f);
+        for (int32_t i = 0; i < n; i++)
+            ft_kv_cache_commit(kv, b->seq_id[start + i], b->pos[start + i]);
+        out_done += n_out;
+    }
+    return FT_OK;
+}

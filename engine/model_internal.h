@@ -1,0 +1,217 @@
+/* Internals shared by engine/model.c, engine/blocks.c, engine/kv_cache.c and
+ * the architecture files engine/arch_*.c. Not a public header.
+ *
+ * Shapes in comments are (rows, row length) = (outputs, inputs) of y = W x,
+ * the order a reader of the maths expects; GGUF lists the same dims
+ * reversed (ne[0] is the row length). A batch's activations are row-major:
+ * one row of the given width per token.
+ */
+#ifndef FT_MODEL_INTERNAL_H
+#define FT_MODEL_INTERNAL_H
+
+#include "ft/common.h"
+#include "ft/model.h"
+#include "ft/ops.h"
+#include "ft/threadpool.h"
+#include "ft/types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Tokens evaluated per internal pass: a larger batch is split so scratch
+ * stays bounded (each pass writes its KV before the next one reads it). */
+#define FT_UBATCH 512
+
+/* A tensor bound from the GGUF mapping (weights stay in their file type). */
+struct ft_weight {
+    const void *data; /* NULL: absent optional tensor */
+    enum ft_type type;
+    int64_t rows;     /* ne[1] (1 for vectors) */
+    int64_t cols;     /* ne[0], the row length */
+    size_t row_size;  /* bytes per row */
+};
+
+/* Every tensor a layer of a supported architecture may have; each arch file
+ * binds the ones it uses. hd_k / hd_v are key_length / value_length. */
+struct ft_layer {
+    struct ft_weight attn_norm;      /* (n_embd) */
+    struct ft_weight wq;             /* (n_head * hd_k, n_embd) */
+    struct ft_weight wk;             /* (n_head_kv * hd_k, n_embd) */
+    struct ft_weight wv;             /* (n_head_kv * hd_v, n_embd) */
+    struct ft_weight bq, bk, bv;     /* (n_head * hd_k), (n_head_kv * hd_k), (n_head_kv * hd_v); optional */
+    struct ft_weight q_norm;         /* (hd_k) per-head RMS norm weight (qwen3, gemma3) */
+    struct ft_weight k_norm;         /* (hd_k) */
+    struct ft_weight wo;             /* (n_embd, n_head * hd_v) */
+    struct ft_weight bo;             /* (n_embd); optional */
+    struct ft_weight attn_post_norm; /* (n_embd) gemma3 */
+    struct ft_weight ffn_norm;       /* (n_embd) */
+    struct ft_weight ffn_gate;       /* (n_ff, n_embd) */
+    struct ft_weight ffn_up;         /* (n_ff, n_embd) */
+    struct ft_weight ffn_down;       /* (n_embd, n_ff) */
+    struct ft_weight ffn_post_norm;  /* (n_embd) gemma3 */
+};
+
+struct ft_fwd;
+
+/* One architecture: its hparams beyond the common ones, its tensors and its
+ * forward pass over one internal batch. */
+struct ft_arch_ops {
+    const char *name; /* general.architecture */
+    enum ft_arch arch;
+    bool rope_neox;
+    int (*load_hparams)(struct ft_model *m); /* may be NULL */
+    int (*bind)(struct ft_model *m);
+    void (*forward)(struct ft_fwd *f);
+};
+
+extern const struct ft_arch_ops ft_arch_llama;
+extern const struct ft_arch_ops ft_arch_qwen2;
+extern const struct ft_arch_ops ft_arch_qwen3;
+extern const struct ft_arch_ops ft_arch_gemma3;
+
+/* The llama forward pass, shared by qwen2 (same graph, with biases). */
+void ft_llama_forward(struct ft_fwd *f);
+
+/* Scratch reused across forward calls; grown to the largest internal batch
+ * seen (at most FT_UBATCH tokens). */
+struct ft_scratch {
+    int32_t cap;      /* tokens the buffers hold */
+    float *x;         /* (cap, n_embd) residual stream */
+    float *xb;        /* (cap, n_embd) normed input of a block */
+    float *tmp;       /* (cap, n_embd) a block's output */
+    float *q;         /* (cap, n_head * hd_k) */
+    float *k;         /* (cap, n_head_kv * hd_k) */
+    float *v;         /* (cap, n_head_kv * hd_v) */
+    float *att;       /* (cap, n_head * hd_v) */
+    float *gate;      /* (cap, n_ff) */
+    float *up;        /* (cap, n_ff) */
+    void *act;        /* activations converted to a vec_dot_type: cap rows of the widest input */
+    size_t act_size;
+    int32_t *row_pos; /* (cap) position of each row */
+    int32_t *row_seq; /* (cap) sequence of each row */
+    int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
+    float *rope_cache;  /* (head_dim_k) cos/sin of one position */
+    uint16_t *attn_tmp; /* per thread: attn_tmp_stride fp16 (Q of one head) */
+    size_t attn_tmp_stride;
+};
+
+struct ft_model {
+    struct ft_hparams hp;
+    const struct ft_arch_ops *arch;
+    struct ft_gguf *gguf;      /* owns the mapping every ft_weight points into */
+    struct ft_tokenizer *tok;
+    struct ft_threadpool *pool;
+
+    struct ft_weight tok_embd;    /* (n_vocab, n_embd) */
+    struct ft_weight output_norm; /* (n_embd) */
+    struct ft_weight output;      /* (n_vocab, n_embd); tok_embd when tied */
+    struct ft_weight output_b;    /* (n_vocab) optional (qwen2) */
+    struct ft_weight rope_freqs;  /* (n_rot / 2) optional rope frequency divisors (Llama 3.1) */
+    struct ft_layer *layers;      /* n_layer */
+
+    struct ft_scratch s;
+};
+
+/* KV cache (engine/kv_cache.c). Pools are per layer: n_blocks blocks of
+ * FT_KV_BLOCK_TOKENS rows, a row holding one token's K (n_head_kv * hd_k
+ * fp16) or V. A sequence's block table maps position p to block
+ * blocks[p / FT_KV_BLOCK_TOKENS], row p % FT_KV_BLOCK_TOKENS. */
+struct ft_kv_seq {
+    int32_t len;      /* positions 0..len-1 are held */
+    int32_t n_blocks; /* entries of blocks[] in use */
+    int32_t *blocks;  /* max_blocks_per_seq entries */
+};
+
+struct ft_kv_cache {
+    const struct ft_model *m;
+    int32_t n_ctx;
+    int32_t max_seqs;
+    int32_t n_blocks;
+    int32_t max_blocks_per_seq;
+    int32_t n_layer;
+    int64_t k_row; /* elements per token row */
+    int64_t v_row;
+    uint16_t **k;  /* n_layer pools */
+    uint16_t **v;
+    struct ft_kv_seq *seqs;
+    int32_t *free_list; /* stack of free block ids */
+    int32_t n_free;
+    int32_t *pending;   /* max_seqs: lengths after the batch being validated, else -1 */
+    int32_t *touched;   /* max_seqs: the sequences a batch touches */
+};
+
+/* Check a batch against the cache and reserve the blocks it needs; on
+ * error nothing is changed. */
+int ft_kv_cache_prepare(struct ft_kv_cache *kv, const struct ft_batch *b);
+/* Record that (seq, pos) now holds valid KV. */
+void ft_kv_cache_commit(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
+/* Cell (block * FT_KV_BLOCK_TOKENS + row) of a reserved position. */
+static inline int64_t ft_kv_cell(const struct ft_kv_cache *kv, int32_t seq, int32_t pos) {
+    return (int64_t)kv->seqs[seq].blocks[pos / FT_KV_BLOCK_TOKENS] * FT_KV_BLOCK_TOKENS +
+           pos % FT_KV_BLOCK_TOKENS;
+}
+
+/* The state of one internal batch while the arch's forward runs. Rows of
+ * the scratch buffers are tokens; after ft_blk_keep_out_rows() only the rows
+ * that want logits remain (n_rows == n_out). */
+struct ft_fwd {
+    struct ft_model *m;
+    struct ft_kv_cache *kv;
+    int32_t n;             /* tokens */
+    const int32_t *token;  /* (n) */
+    int32_t n_rows;        /* rows currently in the buffers */
+    int32_t n_out;         /* rows that want logits */
+    float *logits;         /* (n_out, n_vocab) */
+    struct ft_scratch *s;
+};
+
+/* ---- shared blocks (engine/blocks.c) ---- */
+
+bool ft_layer_is_swa(const struct ft_hparams *hp, int il);
+/* RoPE parameters of layer il (per-layer base for sliding-window layers). */
+void ft_layer_rope(const struct ft_model *m, int il, struct ft_rope *out);
+
+/* x = embedding rows of the tokens, times scale. */
+void ft_blk_embed(struct ft_fwd *f, float scale);
+/* y = rmsnorm(x) * w over n_rows rows of w->cols. */
+void ft_blk_rmsnorm(struct ft_fwd *f, float *y, const float *x, const struct ft_weight *w);
+/* RMS norm of every head of every row in place (rows of n_head heads of w->cols). */
+void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct ft_weight *w);
+/* out (n_rows, w->rows) = in (n_rows, w->cols) W^T (+ bias). */
+void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
+                   const float *in);
+/* q, k, v = xb projections with optional biases. */
+void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l);
+/* Rotate every head of x (n_rows rows of n_head heads of hd) at the rows' positions. */
+void ft_blk_rope(struct ft_fwd *f, float *x, int32_t n_head, int32_t hd, const struct ft_rope *r);
+/* q *= scale. */
+void ft_blk_scale(struct ft_fwd *f, float *x, int64_t width, float scale);
+/* Store every row's K and V (fp16) in the cache of layer il. */
+void ft_blk_kv_store(struct ft_fwd *f, int il);
+/* Keep only the rows that want logits in x and q (and their positions). */
+void ft_blk_keep_out_rows(struct ft_fwd *f);
+/* att = attention of q over the cache of layer il; window > 0 limits it
+ * to the last `window` positions (sliding-window layers). */
+void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
+/* x += y over n_rows rows of width. */
+void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
+
+enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
+/* out = down(act(gate(in)) * up(in)). */
+void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in);
+/* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */
+void ft_blk_output(struct ft_fwd *f);
+
+/* ---- tensor binding (engine/model.c), used by the arch files ---- */
+
+/* Bind `name` (printf-style with the layer index) expecting shape
+ * (rows, cols) (rows 0: a vector of cols). Missing and not optional, or a
+ * wrong shape: FT_EFORMAT naming the tensor and both shapes. A type we
+ * cannot run: FT_EUNSUPPORTED. */
+int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
+            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Common to every arch: token_embd, output_norm, output (tied when absent). */
+int ft_bind_io(struct ft_model *m);
+
+#endif

@@ -1,0 +1,83 @@
+/* Chat templates: turn a list of chat messages into the prompt text a model
+ * was trained on, from the model's `tokenizer.chat_template` (a Jinja2
+ * template stored in the GGUF) or from a built-in template chosen by name.
+ *
+ * The template is run by a small interpreter for the Jinja subset that real
+ * chat templates use (engine/jinja_*.c), with the settings Hugging Face
+ * transformers renders them with: trim_blocks and lstrip_blocks on, no
+ * autoescaping, HF's `tojson` (ensure_ascii off, ", "/": " separators), and
+ * the globals `raise_exception(msg)` and `strftime_now(fmt)` (local time).
+ * Variables: `messages` (a list of {"role", "content"} mappings; a NULL
+ * content is `none`), `add_generation_prompt`, `bos_token`, `eos_token`;
+ * `tools` and everything else is undefined.
+ *
+ * Differences from Jinja that a template can observe are documented in
+ * engine/jinja_eval.c (undefined values are lenient under `.`/`[]`, upper/lower
+ * map ASCII only, integers are 64-bit).
+ *
+ * Hostile input: templates come from model files and messages from the
+ * network. Parsing bounds nesting depth; rendering bounds output size
+ * (16 MiB), scratch memory, loop iterations, evaluation steps and recursion
+ * depth, and fails with FT_ERANGE when a bound is hit. No input crashes it.
+ *
+ * Thread safety: a parsed template is immutable; any number of threads may
+ * render it at once.
+ */
+#ifndef FT_CHAT_TEMPLATE_H
+#define FT_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ft_chat_message {
+    const char *role;    /* UTF-8, NUL-terminated: "system", "user", "assistant", ... */
+    const char *content; /* UTF-8, NUL-terminated; NULL renders as Jinja `none` */
+};
+
+struct ft_chat_template;
+
+/* Parse once at start-up. Errors (one log line each, with line and column):
+ * FT_EFORMAT for syntax errors, FT_EUNSUPPORTED for a construct the
+ * interpreter does not implement (`{% include %}`, an unknown filter, ...),
+ * FT_ERANGE for nesting deeper than the parser allows (or a text over 1 MiB).
+ * As in Jinja, names used inside `{% if %}` blocks and inline ifs (filters,
+ * tests) and every method or function name are resolved when evaluated, so
+ * a template whose unused branch calls something unsupported still parses;
+ * a trial render at start-up (system + user message) surfaces the rest. */
+int ft_chat_template_parse(const char *src, size_t len, struct ft_chat_template **out /* OUT */);
+
+/* Built-in templates, for models whose GGUF carries none:
+ *   "gemma"  <start_of_turn>user\n...<end_of_turn>\n, assistant -> "model",
+ *            the system prompt folded into the first user turn (Gemma 3's)
+ *   "chatml" <|im_start|>role\n...<|im_end|>\n (Qwen 2/2.5/3 without tools)
+ *   "llama3" <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+ *   "llama2" <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s> (Llama 2 chat)
+ *   "mistral" <s> [INST] system\n\nuser [/INST] answer</s> (Mistral 7B v0.2 "v1")
+ * Like the originals, they put bos_token at the start of the text: tokenize
+ * the result without adding another BOS. FT_ENOENT for an unknown name. */
+int ft_chat_template_builtin(const char *name, struct ft_chat_template **out /* OUT */);
+
+/* The built-in template name for a GGUF `general.architecture` value, or NULL
+ * if there is no sensible default: gemma/gemma2/gemma3 -> "gemma",
+ * qwen2/qwen3/qwen2moe/qwen3moe -> "chatml", llama -> "llama3". "llama" is
+ * ambiguous (Llama 2, Mistral, TinyLlama, SmolLM and Llama 3 share it); the
+ * name alone cannot tell them apart, so callers that know better (for example
+ * a vocabulary without <|eot_id|> means Llama 2 / Mistral) should pick
+ * "llama2" themselves. */
+const char *ft_chat_template_builtin_for_arch(const char *arch);
+
+void ft_chat_template_free(struct ft_chat_template *t); /* accepts NULL */
+
+/* Render `msgs` into the prompt text. *out is malloc'd and NUL-terminated
+ * (the caller frees it); *out_len excludes the NUL. bos_token / eos_token may
+ * be NULL (empty string).
+ * Errors: FT_EINVAL when the template calls raise_exception(msg) (msg is
+ * logged and is the text of ft_last_error()) or rejects the input in another
+ * way (a type error such as adding a string to a number); FT_EUNSUPPORTED for
+ * a method or function the interpreter does not implement; FT_ERANGE when a
+ * resource bound is hit; FT_ENOMEM. */
+int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_chat_message *msgs, size_t n,
+                            bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                            char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
+
+#endif

@@ -1,0 +1,90 @@
+/* Scalar reference ops of the forward pass: RMS norm, RoPE, softmax, SiLU,
+ * GELU (tanh), the gated activations, and the matmul of a block of weight
+ * rows against converted activations.
+ *
+ * These are the `_ref` tier (STYLE.md "Kernels"): plain loops that define the
+ * answer, written to reproduce ggml's CPU numerics where the order of
+ * operations matters (RMS norm sums squares in double, RoPE builds its angles
+ * by repeated multiplication, GELU goes through fp16 as ggml's table does),
+ * so a model run here agrees closely with llama.cpp. Faster per-ISA versions
+ * are tested against them.
+ */
+#ifndef FT_OPS_H
+#define FT_OPS_H
+
+#include "ft/types.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; w may be NULL (no weight).
+ * y may alias x. */
+void ft_rmsnorm_ref(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* Rotary position embedding parameters for one layer (ggml_rope_ext). */
+struct ft_rope {
+    int n_dims;          /* rotated dims (rope.dimension_count), even, <= head size */
+    bool neox;           /* NeoX pairs (i, i + n_dims/2); otherwise (2i, 2i+1) */
+    float freq_base;     /* theta_i = pos * freq_base^(-2i/n_dims) */
+    float freq_scale;    /* linear scaling: theta *= freq_scale */
+    float ext_factor;    /* YaRN extrapolation mix; 0 = off */
+    float attn_factor;   /* magnitude scale of cos/sin (1 unless YaRN) */
+    float beta_fast;     /* YaRN ramp bounds */
+    float beta_slow;
+    int n_ctx_orig;      /* YaRN original context */
+    const float *freq_factors; /* n_dims/2 divisors of theta (Llama 3.1 rope_freqs) or NULL */
+};
+
+/* cos/sin table for one position: cache[2i] = cos, cache[2i+1] = sin for
+ * i < n_dims/2 (OUT: n_dims floats). */
+void ft_rope_cache_ref(const struct ft_rope *r, int32_t pos, float *cache);
+/* Rotate one head vector in place with a table from ft_rope_cache_ref().
+ * Elements from n_dims on are left as they are. */
+void ft_rope_apply_ref(float *x, int n_dims, bool neox, const float *cache);
+
+/* In-place softmax over n values (max-subtracted). */
+void ft_softmax_ref(float *x, int64_t n);
+
+float ft_silu_ref(float x);
+float ft_gelu_tanh_ref(float x); /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+
+/* y = silu(g) * u (SwiGLU). y may alias g or u. */
+void ft_swiglu_ref(float *y, const float *g, const float *u, int64_t n);
+/* y = gelu_tanh(g) * u (GeGLU), with g rounded to fp16 and GELU's result
+ * rounded to fp16, as ggml's CPU backend computes it through its fp16 GELU
+ * table (|g| >= 10 short-cuts as ggml does). y may alias g or u. */
+void ft_geglu_ref(float *y, const float *g, const float *u, int64_t n);
+
+/* Attention of one query head over the F16 KV cache of one sequence, with
+ * an online softmax (flash-style): keys and values at positions p0..p1
+ * (inclusive) of a block-paged cache, position j living in block
+ * blocks[j / block_tokens] at row j % block_tokens. out = softmax(scale *
+ * q.K) V over those positions. Q is rounded to fp16 before the dot, as
+ * ggml's flash attention converts Q to the K cache's type; the dot and the
+ * V accumulation are in f32 (see simd/ops_ref.c on ggml's fp16 one). */
+struct ft_attn_kv {
+    const uint16_t *k;     /* the layer's K pool (fp16 bits), head offset applied */
+    const uint16_t *v;     /* the layer's V pool, head offset applied */
+    const int32_t *blocks; /* the sequence's block table */
+    int32_t block_tokens;
+    int64_t k_row, v_row;  /* elements from one token's row to the next */
+};
+/* scratch: at least dk uint16_t. */
+void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                      int32_t p0, int32_t p1, float *out, uint16_t *scratch);
+
+/* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type),
+ * row i at out + i * ft_row_size(type, k). F32 copies. */
+void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int64_t k, void *out);
+
+/* out[t * ld_out + r] = dot(W row r, A row t) for r in [r0, r1), t < n_tok.
+ * W rows are w_row_size bytes apart, A rows (already in the vec_dot_type of
+ * W's type) a_row_size bytes apart; k is the row length in elements. The
+ * dot product is the given vec_dot (from ft_type_traits), so the same loop
+ * serves the reference and the per-ISA kernels. */
+void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size, int64_t k,
+                        int64_t r0, int64_t r1, const void *a, size_t a_row_size, int64_t n_tok,
+                        float *out, int64_t ld_out);
+
+#endif

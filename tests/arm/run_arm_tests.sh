@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The NEON kernels on aarch64, under qemu-user (DESIGN.md section 7).
+#
+# Cross-compiles simd/ and tests/unit/test_simd_kernels.c with
+# aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through
+# tests/arm/CMakeLists.txt + cmake/aarch64-linux-gnu.cmake, then runs the
+# test once per kernel level with FT_ISA forcing it:
+#   scalar, neon, neon-dotprod   on qemu's "max" CPU (has dotprod, i8mm)
+#   neon-dotprod                 on a Cortex-A53 (no dotprod): must be
+#                                refused with a message, and auto -> neon
+# Exit status 0 when every run passes; the last line is a pytest-like
+# summary. Build directory: $FT_ARM_BUILD_DIR (default build/arm).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${FT_ARM_BUILD_DIR:-build/arm}
+START=$(date +%s%N)
+elapsed() { local ms=$((($(date +%s%N) - START) / 1000000)); printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)); }
+
+for tool in aarch64-linux-gnu-gcc qemu-aarch64 cmake; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "run_arm_tests: $tool not found (apt-get install gcc-aarch64-linux-gnu qemu-user)" >&2
+    echo "==== 1 failed in $(elapsed)s ===="
+    exit 1
+  fi
+done
+
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+if ! cmake -S tests/arm -B "$BUILD" "${GEN[@]}" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" \
+      -DCMAKE_BUILD_TYPE=Release -DFT_WERROR=ON >"$BUILD.configure.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j "$(nproc)" >"$BUILD.build.log" 2>&1; then
+  cat "$BUILD.configure.log" "$BUILD.build.log" 2>/dev/null | tail -40 >&2
+  echo "run_arm_tests: cross build failed" >&2
+  echo "==== 1 failed in $(elapsed)s ===="
+  exit 1
+fi
+
+TEST="$BUILD/test_simd_kernels"
+passed=0
+failed=0
+run() { # name, qemu cpu, FT_ISA, expected line in the output
+  local name=$1 cpu=$2 isa=$3 expect=$4 out rc
+  out=$(FT_ISA=$isa qemu-aarch64 -cpu "$cpu" "$TEST" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q -- "$expect" <<<"$out"; then
+    passed=$((passed + 1))
+    printf 'PASSED %s\n' "$name"
+  else
+    failed=$((failed + 1))
+    printf 'FAILED %s (exit %d)\n' "$name" "$rc"
+    tail -25 <<<"$out" | sed 's/^/    /'
+  fi
+}
+
+run "neon-dotprod on qemu max"       max        neon-dotprod "level neon-dotprod  *ok"
+run "neon on qemu max"               max        neon         "level neon  *ok"
+run "scalar on qemu max"             max        scalar       "level scalar  *ok"
+run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"
+run "neon-dotprod refused on a53"    cortex-a53 neon-dotprod "refused: FT_ISA=neon-dotprod: this CPU cannot run it"
+
+if [ $failed -eq 0 ]; then
+  printf '==== %d passed in %ss ====\n' "$passed" "$(elapsed)"
+  exit 0
+fi
+printf '==== %d failed, %d passed in %ss ====\n' "$failed" "$passed" "$(elapsed)"
+exit 1
