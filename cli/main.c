@@ -1,6 +1,7 @@
 /* `ft`: one binary, subcommands (DESIGN.md §1). */
 #include "cli.h"
 #include "ft/common.h"
+#include "ft/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,10 @@ int main(int argc, char **argv) {
         min_level = FT_LOG_INFO;
     ft_log_set_sink(cli_log_sink, &min_level);
 
+    if (ft_cpu_init() != 0) {
+        fprintf(stderr, "ft: %s\n", ft_cpu_error());
+        return 2;
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -20,7 +20,7 @@ done
 
 PKGS=(build-essential cmake ninja-build pkg-config git
       libhwloc-dev libevent-dev libcjson-dev libdnnl-dev
-      clang libclang-rt-14-dev
+      clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 python3-venv python3-pip)
 
 missing=()

@@ -32,9 +32,12 @@ step "end-to-end tests (pytest)"
 FT_BIN="$ROOT/build/ci-release/ft" FT_ASAN_BIN="$ROOT/build/ci-asan/ft" \
   .venv/bin/python -m pytest -q tests/e2e
 
+step "ARM NEON kernels (cross-compiled, run under qemu-aarch64)"
+tests/arm/run_arm_tests.sh
+
 step "fuzzing (${FUZZ_SECONDS}s per target)"
 if [ -x tests/fuzz/run_fuzz.sh ]; then
-  tests/fuzz/run_fuzz.sh "$FUZZ_SECONDS"
+  tests/fuzz/run_fuzz.sh "$FUZZ_SECONDS" build/fuzz
 fi
 
 printf '\nall test steps passed\n'
