@@ -179,7 +179,7 @@ static void apply_penalties(struct ft_sampler *s, float *logits) {
             *l *= p->repeat_penalty;
         else
             *l /= p->repeat_penalty;
-        *l -= (float)c * p->frequency_penalty + (c > 0 ? p->presence_penalty : 0.0f);
+        *l -= (float)c * p->frequency_penalty + p->presence_penalty; /* c > 0 here */
         s->counts[tok] = -c; /* mark done; restored below */
     }
     for (int32_t i = 0; i < s->history_len; i++) {
