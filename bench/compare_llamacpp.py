@@ -150,6 +150,7 @@ class Engine:
         self.isa = None
         self.samples = {}  # (model, threads, test) -> [t/s]
         self.model_type = {}
+        self.model_size = {}
 
     def run(self, model, threads, n_prompt, n_gen, seed):
         cmd = [*self.argv, "-m", str(model), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
@@ -165,6 +166,7 @@ class Engine:
         key = (str(model), threads, row["test"])
         self.samples.setdefault(key, []).append(row["samples_ts"][0])
         self.model_type[str(model)] = row.get("model_type", "?")
+        self.model_size[str(model)] = row.get("model_size", 0)
         return row["samples_ts"][0]
 
 
@@ -215,6 +217,24 @@ def main():
         engines.append(Engine("llama.cpp²", f"llama.cpp²: LLAMA_CPP_LIB_DIR={libdir}",
                               [str(exe2), "--backend-dir", str(libdir)]))
 
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    ft_version = subprocess.run([str(ft_bin), "--version"], capture_output=True, text=True).stdout.strip()
+    env = {"cpu": cpu, "n_cpus": os.cpu_count(), "date": str(datetime.date.today()), "ft_version": ft_version,
+           "llama_cpp_commit": commit, "node_llama_cpp": nlc_version, "repetitions": a.repetitions,
+           "engines": {e.label: e.name for e in engines}}
+
+    # Rows are printed as soon as a model x threads group is done, so a long
+    # run that is interrupted still leaves its finished rows.
+    ft = engines[0]
+    head = "| model | type | threads | test | " + " | ".join(f"{e.label} t/s" for e in engines)
+    head += " | " + " | ".join(f"FT ÷ {e.label}" for e in engines[1:]) + " |"
+    print(head)
+    print("|" + " --- |" * 4 + " ---: |" * (2 * len(engines) - 1), flush=True)
+    results = []
     total = len(a.model) * len(threads) * a.repetitions * len(tests) * len(engines)
     done = 0
     for model in a.model:
@@ -228,16 +248,7 @@ def main():
                             f"{e.label}")
                         v = e.run(model, t, p, n, a.seed)
                         log(f"    {v:.2f} t/s")
-
-    ft = engines[0]
-    head = "| model | type | threads | test | " + " | ".join(f"{e.label} t/s" for e in engines)
-    head += " | " + " | ".join(f"FT ÷ {e.label}" for e in engines[1:]) + " |"
-    print(head)
-    print("|" + " --- |" * 4 + " ---: |" * (2 * len(engines) - 1))
-    results = []
-    for model in a.model:
-        mtype = ft.model_type.get(str(model), "?")
-        for t in threads:
+            mtype = ft.model_type.get(str(model), "?")
             for (p, n) in tests:
                 test = f"pp{p}" if p else f"tg{n}"
                 key = (str(model), t, test)
@@ -245,17 +256,22 @@ def main():
                 ratios = [meds[0] / m if m > 0 else float("nan") for m in meds[1:]]
                 cells = [os.path.basename(model), mtype, str(t), test, *map(fmt_ts, meds),
                          *(f"{r:.2f}×" for r in ratios)]
-                print("| " + " | ".join(cells) + " |")
-                results.append({"model": str(model), "model_type": mtype, "threads": t, "test": test,
-                                "median_ts": {e.name: m for e, m in zip(engines, meds)},
-                                "samples_ts": {e.name: e.samples[key] for e in engines},
-                                "ratio_of_medians": {e.name: r for e, r in zip(engines[1:], ratios)}})
-    cpu = ""
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    ft_version = subprocess.run([str(ft_bin), "--version"], capture_output=True, text=True).stdout.strip()
+                print("| " + " | ".join(cells) + " |", flush=True)
+                row = {"model": str(model), "model_type": mtype, "model_size": ft.model_size[str(model)],
+                       "threads": t, "test": test,
+                       "median_ts": {e.label: m for e, m in zip(engines, meds)},
+                       "samples_ts": {e.label: e.samples[key] for e in engines},
+                       "ratio_of_medians": {e.label: r for e, r in zip(engines[1:], ratios)}}
+                if n:
+                    # Decode reads (nearly) every weight once per token: bytes x tokens/s.
+                    row["weight_read_gb_per_s"] = {e.label: ft.model_size[str(model)] * m / 1e9
+                                                   for e, m in zip(engines, meds)}
+                results.append(row)
+            if a.json_out:
+                env["isa"] = {e.label: e.isa for e in engines}
+                pathlib.Path(a.json_out).write_text(
+                    json.dumps({"environment": env, "results": results}, indent=2) + "\n")
+
     print()
     print(f"Medians of {a.repetitions} runs per engine, interleaved run by run; "
           f"{cpu or platform.machine()}, {os.cpu_count()} CPUs, {datetime.date.today()}.")
@@ -264,11 +280,11 @@ def main():
         print(f"- {e.name}, CPU backend {e.isa}")
     print(f"- llama.cpp source {commit[:12]} (node-llama-cpp's bundle); each run loads the model, warms up "
           f"as llama-bench does and times one repetition")
-    if a.json_out:
-        env = {"cpu": cpu, "n_cpus": os.cpu_count(), "date": str(datetime.date.today()), "ft_version": ft_version,
-               "llama_cpp_commit": commit, "node_llama_cpp": nlc_version,
-               "isa": {e.name: e.isa for e in engines}, "repetitions": a.repetitions}
-        pathlib.Path(a.json_out).write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
+    for r in results:
+        if "weight_read_gb_per_s" in r:
+            print(f"- {os.path.basename(r['model'])} {r['test']}: weights read at "
+                  + ", ".join(f"{k} {v:.1f} GB/s" for k, v in r["weight_read_gb_per_s"].items())
+                  + " (model bytes x decode tokens/s)")
 
 
 if __name__ == "__main__":

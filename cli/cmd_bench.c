@@ -232,7 +232,7 @@ int ft_cmd_bench(int argc, char **argv) {
         {"-t", "--threads", FT_OPT_STR, &t_s, "N[,N..]", "thread counts (default: one per core)"},
         {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
-        {"-o", "--output", FT_OPT_STR, &fmt_s, "md|csv|json|jsonl", "output format (default md)"},
+        {"-o", "--output", FT_OPT_STR, &fmt_s, "FMT", "output format: md (default), csv, json, jsonl"},
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", "NUMA placement: off (default), distribute, isolate, replicate"},
         {NULL, "--seed", FT_OPT_U64, &seed, "S", "seed of the random token ids (default 1)"},
         {NULL, "--no-warmup", FT_OPT_FLAG, &no_warmup, NULL, "skip the warm-up run of each test"},

@@ -334,8 +334,8 @@ int ft_cmd_gen_model(int argc, char **argv) {
         {NULL, "--type", FT_OPT_STR, &type_s, "TYPE", "weight type: F16 (default), BF16 or F32"},
         {"-s", "--seed", FT_OPT_U64, &seed, "S", "random seed (default 1); same options and seed, same file"},
         {NULL, "--vocab", FT_OPT_STR, &vocab, "FILE",
-         "copy the tokenizer from this GGUF (e.g. ../shared/vocab/ggml-vocab-llama-bpe.gguf for Llama 3); "
-         "default: a synthetic SentencePiece vocabulary of --n-vocab tokens"},
+         "copy the tokenizer of this GGUF (Llama 3: ../shared/vocab/ggml-vocab-llama-bpe.gguf); "
+         "default: a synthetic one of --n-vocab tokens"},
         {NULL, "--n-embd", FT_OPT_INT, &n_embd, "N", "embedding width"},
         {NULL, "--n-layer", FT_OPT_INT, &n_layer, "N", "number of blocks"},
         {NULL, "--n-head", FT_OPT_INT, &n_head, "N", "attention heads"},
