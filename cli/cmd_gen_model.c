@@ -212,8 +212,8 @@ static int synth_vocab(struct ft_gguf_writer *w, int32_t n) {
     }
     PUSH("\xe2\x96\x81", 1); /* "▁", the SentencePiece space */
     /* Letter strings of growing length: k-th string in base 26, each also
-     * with the "▁" prefix. 26 + 676 + 17576 + 456976 covers any n here. */
-    for (int len = 1; id < n && len <= 4; len++) {
+     * with the "▁" prefix; lengths up to 5 give 2 * 12.4M > GEN_MAX_VOCAB. */
+    for (int len = 1; id < n && len <= 5; len++) {
         int64_t count = 1;
         for (int i = 0; i < len; i++)
             count *= 26;
