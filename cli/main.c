@@ -17,6 +17,8 @@ static const struct {
     {"info", ft_cmd_info, "show a GGUF file's metadata, tensors, sizes and whether ft can run it"},
     {"logits", ft_cmd_logits, "evaluate tokens in one batch and print the top logits as JSON"},
     {"tokenize", ft_cmd_tokenize, "tokenize UTF-8 text from stdin and print the token ids"},
+    {"bench", ft_cmd_bench, "measure prefill (ppN) and decode (tgN) tokens/s, llama-bench style"},
+    {"gen-model", ft_cmd_gen_model, "write a GGUF model of a given shape with seeded random weights"},
 };
 
 static void usage(FILE *f) {
@@ -87,7 +89,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("ft 0.1.0\n");
+        printf("ft %s\n", FT_CLI_VERSION);
         return 0;
     }
     for (size_t i = 0; i < FT_ARRAY_LEN(g_cmds); i++)

@@ -16,6 +16,11 @@
  * The writer validates what it is given with the reader's rules (names
  * 1..65536 bytes without NUL, unique; shapes and types), so whatever it
  * writes, ft_gguf_open() reads back.
+ *
+ * A tensor's bytes come either from a borrowed buffer or from a fill
+ * callback that produces them chunk by chunk while the file is written
+ * (ft_gguf_writer_add_tensor_fill), so generated or converted models
+ * stream to disk instead of being built in memory first.
  */
 #include "ft/common.h"
 #include "ft/gguf.h"
@@ -45,7 +50,9 @@ struct gw_tensor {
     enum ft_type type;
     int n_dims;
     int64_t ne[FT_GGUF_MAX_DIMS];
-    const void *data; /* borrowed */
+    const void *data; /* borrowed; NULL when fill is set */
+    ft_gguf_fill_fn fill;
+    void *fill_ud;
     size_t size;
 };
 
@@ -299,64 +306,66 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key) {
     return 0;
 }
 
-int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
-                              const int64_t *ne, const void *data) {
+/* Validate and append a tensor whose bytes come from `data` or `fill`. */
+static int gw_add_tensor(struct ft_gguf_writer *w, const char *func, const char *name, enum ft_type type,
+                         int n_dims, const int64_t *ne, const void *data, ft_gguf_fill_fn fill, void *fill_ud) {
     if (!w || !name || !ne) {
-        FT_LOG_E("invalid argument (writer %p, name %p, ne %p)", (void *)w, (const void *)name, (const void *)ne);
+        ft_log(FT_LOG_ERROR, func, "invalid argument (writer %p, name %p, ne %p)", (void *)w, (const void *)name,
+               (const void *)ne);
         return FT_EINVAL;
     }
     size_t name_len = strlen(name);
     char sh[128];
-    int rc = gw_check_name(__func__, "tensor name", name, name_len);
+    int rc = gw_check_name(func, "tensor name", name, name_len);
     if (rc)
         return rc;
     gw_show(sh, sizeof(sh), name, name_len);
     for (size_t i = 0; i < w->n_t; i++) {
         if (w->t[i].name_len == name_len && memcmp(w->t[i].name, name, name_len) == 0) {
-            FT_LOG_E("tensor '%s' added twice", sh);
+            ft_log(FT_LOG_ERROR, func, "tensor '%s' added twice", sh);
             return FT_EINVAL;
         }
     }
     const struct ft_type_info *ti = ft_type_info(type);
     if (!ti || ti->type_size == 0 || ti->blck_size <= 0) {
-        FT_LOG_E("tensor '%s': unknown type id %d", sh, (int)type);
+        ft_log(FT_LOG_ERROR, func, "tensor '%s': unknown type id %d", sh, (int)type);
         return FT_EINVAL;
     }
     if (n_dims < 1 || n_dims > FT_GGUF_MAX_DIMS) {
-        FT_LOG_E("tensor '%s': n_dims %d, must be 1..%d", sh, n_dims, FT_GGUF_MAX_DIMS);
+        ft_log(FT_LOG_ERROR, func, "tensor '%s': n_dims %d, must be 1..%d", sh, n_dims, FT_GGUF_MAX_DIMS);
         return FT_EINVAL;
     }
-    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data};
+    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill, .fill_ud = fill_ud};
     int64_t nel = 1;
     for (int d = 0; d < FT_GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
         if (t.ne[d] < 0) {
-            FT_LOG_E("tensor '%s': dimension %d is negative (%" PRId64 ")", sh, d, t.ne[d]);
+            ft_log(FT_LOG_ERROR, func, "tensor '%s': dimension %d is negative (%" PRId64 ")", sh, d, t.ne[d]);
             return FT_EINVAL;
         }
         if (__builtin_mul_overflow(nel, t.ne[d], &nel)) {
-            FT_LOG_E("tensor '%s': element count overflows", sh);
+            ft_log(FT_LOG_ERROR, func, "tensor '%s': element count overflows", sh);
             return FT_EINVAL;
         }
     }
     if (t.ne[0] % ti->blck_size != 0) {
-        FT_LOG_E("tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %" PRId64, sh, t.ne[0],
-                 ti->name, ti->blck_size);
+        ft_log(FT_LOG_ERROR, func, "tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %" PRId64,
+               sh, t.ne[0], ti->name, ti->blck_size);
         return FT_EINVAL;
     }
     if (ft_mul_overflow((size_t)(nel / ti->blck_size), ti->type_size, &t.size)) {
-        FT_LOG_E("tensor '%s': size overflows", sh);
+        ft_log(FT_LOG_ERROR, func, "tensor '%s': size overflows", sh);
         return FT_EINVAL;
     }
-    if (!data && t.size) {
-        FT_LOG_E("tensor '%s': NULL data for %zu bytes", sh, t.size);
+    if (!data && !fill && t.size) {
+        ft_log(FT_LOG_ERROR, func, "tensor '%s': NULL data for %zu bytes", sh, t.size);
         return FT_EINVAL;
     }
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 16;
         struct gw_tensor *nt = realloc(w->t, cap * sizeof(*nt));
         if (!nt) {
-            FT_LOG_E("out of memory");
+            ft_log(FT_LOG_ERROR, func, "out of memory");
             return FT_ENOMEM;
         }
         w->t = nt;
@@ -364,13 +373,27 @@ int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum f
     }
     t.name = malloc(name_len + 1);
     if (!t.name) {
-        FT_LOG_E("out of memory");
+        ft_log(FT_LOG_ERROR, func, "out of memory");
         return FT_ENOMEM;
     }
     memcpy(t.name, name, name_len + 1);
     t.name_len = name_len;
     w->t[w->n_t++] = t;
     return 0;
+}
+
+int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                              const int64_t *ne, const void *data) {
+    return gw_add_tensor(w, __func__, name, type, n_dims, ne, data, NULL, NULL);
+}
+
+int ft_gguf_writer_add_tensor_fill(struct ft_gguf_writer *w, const char *name, enum ft_type type,
+                                   int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud) {
+    if (!fill) {
+        FT_LOG_E("tensor '%s': NULL fill function", name ? name : "(null)");
+        return FT_EINVAL;
+    }
+    return gw_add_tensor(w, __func__, name, type, n_dims, ne, NULL, fill, ud);
 }
 
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment) {
@@ -446,12 +469,15 @@ static int gw_layout(const struct ft_gguf_writer *w, const char *func, struct gw
     return 0;
 }
 
-/* Output sink: a memory buffer of known size, or a FILE. */
+/* Output sink: a memory buffer of known size, or a FILE. `scratch` holds
+ * one fill chunk on its way to the FILE. */
 struct gw_out {
     uint8_t *buf;
     size_t pos, cap;
     FILE *f;
+    uint8_t *scratch;
     int failed;
+    int fill_err; /* the FT_E* code a fill callback returned */
 };
 
 static void gw_emit(struct gw_out *o, const void *p, size_t n) {
@@ -477,6 +503,63 @@ static void gw_zeros(struct gw_out *o, size_t n) {
         gw_emit(o, z, k);
         n -= k;
     }
+}
+
+/* Rows of a fill chunk: as many as fit in FT_GGUF_FILL_CHUNK, at least 1. */
+static int64_t gw_chunk_rows(size_t row_size) {
+    size_t r = FT_GGUF_FILL_CHUNK / row_size;
+    return r ? (int64_t)r : 1;
+}
+
+static size_t gw_row_bytes(const struct gw_tensor *t) { return ft_row_size(t->type, t->ne[0]); }
+
+/* Produce a fill tensor's bytes chunk by chunk: straight into the memory
+ * buffer, or through the scratch chunk into the FILE. */
+static void gw_emit_fill(struct gw_out *o, const struct gw_tensor *t) {
+    const size_t row_size = gw_row_bytes(t);
+    if (o->failed || t->size == 0 || row_size == 0)
+        return;
+    const int64_t rows = (int64_t)(t->size / row_size);
+    const int64_t step = gw_chunk_rows(row_size);
+    for (int64_t r0 = 0; r0 < rows && !o->failed; r0 += step) {
+        const int64_t n = FT_MIN(step, rows - r0);
+        const size_t bytes = (size_t)n * row_size;
+        uint8_t *dst;
+        if (o->f) {
+            dst = o->scratch;
+        } else {
+            if (o->cap - o->pos < bytes) {
+                o->failed = 1;
+                return;
+            }
+            dst = o->buf + o->pos;
+        }
+        int rc = t->fill(t->fill_ud, r0, n, dst);
+        if (rc) {
+            o->failed = 1;
+            o->fill_err = rc;
+            return;
+        }
+        if (o->f)
+            gw_emit(o, dst, bytes);
+        else
+            o->pos += bytes;
+    }
+}
+
+/* Scratch for the largest fill chunk any tensor asks for (0 if none). */
+static size_t gw_scratch_size(const struct ft_gguf_writer *w) {
+    size_t m = 0;
+    for (size_t i = 0; i < w->n_t; i++) {
+        const struct gw_tensor *t = &w->t[i];
+        const size_t row_size = gw_row_bytes(t);
+        if (t->fill && t->size && row_size) {
+            const int64_t rows = (int64_t)(t->size / row_size);
+            const size_t n = (size_t)FT_MIN(gw_chunk_rows(row_size), rows) * row_size;
+            m = FT_MAX(m, n);
+        }
+    }
+    return m;
 }
 
 static void gw_u32(struct gw_out *o, uint32_t v) { gw_emit(o, &v, 4); }
@@ -507,7 +590,10 @@ static void gw_serialize(const struct ft_gguf_writer *w, const struct gw_layout 
     }
     gw_zeros(o, L->data_offset - L->header_size);
     for (size_t i = 0; i < w->n_t; i++) {
-        gw_emit(o, w->t[i].data, w->t[i].size);
+        if (w->t[i].fill)
+            gw_emit_fill(o, &w->t[i]);
+        else
+            gw_emit(o, w->t[i].data, w->t[i].size);
         gw_zeros(o, gw_pad(w->t[i].size, L->alignment));
     }
 }
@@ -527,6 +613,10 @@ int ft_gguf_writer_to_buffer(struct ft_gguf_writer *w, void **out, size_t *size)
         return FT_ENOMEM;
     }
     gw_serialize(w, &L, &o);
+    if (o.fill_err) {
+        free(o.buf);
+        return o.fill_err;
+    }
     if (o.failed || o.pos != L.total) { /* cannot happen: the layout is exact */
         FT_LOG_E("internal error: wrote %zu of %zu bytes", o.pos, L.total);
         free(o.buf);
@@ -549,9 +639,13 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
 
     char eb[128];
     size_t plen = strlen(path);
+    const size_t scratch_size = gw_scratch_size(w);
+    uint8_t *scratch = scratch_size ? malloc(scratch_size) : NULL;
     char *tmp = malloc(plen + sizeof(".tmp-XXXXXX"));
-    if (!tmp) {
+    if (!tmp || (scratch_size && !scratch)) {
         FT_LOG_E("out of memory");
+        free(tmp);
+        free(scratch);
         return FT_ENOMEM;
     }
     memcpy(tmp, path, plen);
@@ -560,6 +654,7 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
     if (fd < 0) {
         FT_LOG_E("%s: cannot create a temporary file next to it: %s", path, strerror_r(errno, eb, sizeof(eb)));
         free(tmp);
+        free(scratch);
         return FT_EIO;
     }
     FILE *f = fdopen(fd, "wb");
@@ -569,7 +664,7 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
         goto fail_unlink;
     }
     (void)fchmod(fd, 0644); /* mkstemp makes 0600; a model file is not a secret */
-    struct gw_out o = {.f = f};
+    struct gw_out o = {.f = f, .scratch = scratch};
     gw_serialize(w, &L, &o);
     int err = o.failed ? errno : 0;
     if (!o.failed && fflush(f) != 0) {
@@ -584,6 +679,12 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
         o.failed = 1;
         err = errno;
     }
+    if (o.fill_err) { /* the fill callback logged why */
+        unlink(tmp);
+        free(tmp);
+        free(scratch);
+        return o.fill_err;
+    }
     if (o.failed) {
         FT_LOG_E("%s: write failed: %s", tmp, strerror_r(err ? err : EIO, eb, sizeof(eb)));
         goto fail_unlink;
@@ -593,10 +694,12 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
         goto fail_unlink;
     }
     free(tmp);
+    free(scratch);
     return 0;
 
 fail_unlink:
     unlink(tmp);
     free(tmp);
+    free(scratch);
     return FT_EIO;
 }

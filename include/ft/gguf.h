@@ -136,6 +136,16 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key);
  * NOT copied and must stay valid until ft_gguf_writer_write returns. */
 int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type,
                               int n_dims, const int64_t *ne, const void *data);
+/* Add a tensor whose bytes are produced while the file is written, so a
+ * tensor never has to sit in memory whole (model generators, quantizers).
+ * The writer calls fill(ud, row0, n_rows, dst) in row order, in chunks of at
+ * most FT_GGUF_FILL_CHUNK bytes (at least one row; a row is ne[0] elements,
+ * ft_row_size(type, ne[0]) bytes); fill writes those rows to dst and returns
+ * 0, or an FT_E* code (after logging why) to abort the write. */
+#define FT_GGUF_FILL_CHUNK ((size_t)4 << 20)
+typedef int (*ft_gguf_fill_fn)(void *ud, int64_t row0, int64_t n_rows, void *dst);
+int ft_gguf_writer_add_tensor_fill(struct ft_gguf_writer *w, const char *name, enum ft_type type,
+                                   int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud);
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment);
 
 int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path);

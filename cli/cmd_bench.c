@@ -1,0 +1,385 @@
+/* ft bench: prefill and decode throughput, measured the way llama-bench
+ * measures it (tools/llama-bench/llama-bench.cpp), so the numbers of the two
+ * engines compare directly:
+ *
+ *   ppN  N prompt tokens evaluated in batches of -b (default 2048, so one
+ *        batch for the usual N), logits for the last token only; the first
+ *        token is BOS when the vocabulary adds one, the rest random ids.
+ *   tgN  N tokens evaluated one at a time from an empty cache (BOS first),
+ *        each forward pass producing logits, the next id random.
+ *
+ * Each test runs once as a warm-up (the whole ppN; one token for tgN), then
+ * -r times from an empty KV cache sized n_prompt + n_gen; every repetition
+ * gives tokens/s = (n_prompt + n_gen) / time, reported as mean ± sample
+ * standard deviation. Token ids come from a seeded generator (--seed), so
+ * runs evaluate the same tokens. Models are loaded once per thread count
+ * (the thread pool belongs to the model). */
+#include "args.h"
+#include "bench_report.h"
+#include "cli.h"
+#include "ft/common.h"
+#include "ft/cpu.h"
+#include "ft/model.h"
+#include "ft/threadpool.h"
+#include "ft/types.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BENCH_MAX_LIST 64
+#define BENCH_MAX_THREADS 1024
+#define BENCH_MAX_TOKENS (1 << 20)
+#define BENCH_MAX_REPS 1000
+
+/* ---- NUMA ------------------------------------------------------------------------ */
+
+/* --numa MODE: the placement modes of DESIGN.md §5. The one place bench
+ * turns the flag into model parameters: this build's struct ft_model_params
+ * has no NUMA mode, so "off" is what runs; the other names are recognized
+ * and refused with the reason. */
+static int bench_set_numa(const char *mode, struct ft_model_params *mp) {
+    static const char *const modes[] = {"off", "distribute", "isolate", "replicate"};
+    (void)mp;
+    bool known = false;
+    for (size_t i = 0; i < FT_ARRAY_LEN(modes); i++)
+        known = known || !strcmp(mode, modes[i]);
+    if (!known) {
+        fprintf(stderr, "ft bench: --numa must be off, distribute, isolate or replicate (got '%s')\n", mode);
+        return -1;
+    }
+    if (strcmp(mode, "off") != 0) {
+        fprintf(stderr,
+                "ft bench: --numa %s: this build's thread pool does not place threads or memory by NUMA node; "
+                "only --numa off runs\n",
+                mode);
+        return -1;
+    }
+    return 0;
+}
+
+/* --hw: what the kernels and thread pool will use. */
+static void bench_print_hw(FILE *f, int default_threads) {
+    char desc[512];
+    ft_cpu_describe(desc, sizeof(desc));
+    fprintf(f, "cpu:      %s\n", desc);
+    fprintf(f, "cpus:     %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
+    fprintf(f, "threads:  %d by default (-t)\n", default_threads);
+}
+
+/* ---- running one test ---------------------------------------------------------- */
+
+struct bench_run {
+    struct ft_model *m;
+    struct ft_kv_cache *kv;
+    int32_t n_vocab, bos;
+    bool add_bos;
+    int n_batch;
+    uint64_t rng;
+    int32_t *tokens, *pos, *seq; /* n_batch entries */
+    float *logits;               /* n_vocab */
+};
+
+static int32_t random_token(struct bench_run *b) {
+    uint64_t z = (b->rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (int32_t)(z % (uint64_t)b->n_vocab);
+}
+
+/* llama-bench's test_prompt: n_prompt tokens in batches of n_batch. */
+static int run_prompt(struct bench_run *b, int n_prompt) {
+    for (int done = 0; done < n_prompt;) {
+        const int n = FT_MIN(n_prompt - done, b->n_batch);
+        for (int i = 0; i < n; i++) {
+            b->tokens[i] = (done == 0 && i == 0 && b->add_bos) ? b->bos : random_token(b);
+            b->pos[i] = done + i;
+        }
+        const struct ft_batch batch = {.n_tokens = n, .token = b->tokens, .pos = b->pos, .seq_id = b->seq};
+        int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
+        if (rc)
+            return rc;
+        done += n;
+    }
+    return 0;
+}
+
+/* llama-bench's test_gen: n_gen single-token passes from position 0. */
+static int run_gen(struct bench_run *b, int n_gen) {
+    int32_t token = b->add_bos ? b->bos : random_token(b);
+    for (int i = 0; i < n_gen; i++) {
+        const int32_t pos = i;
+        const struct ft_batch batch = {.n_tokens = 1, .token = &token, .pos = &pos, .seq_id = b->seq};
+        int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
+        if (rc)
+            return rc;
+        token = random_token(b);
+    }
+    return 0;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct bench_progress {
+    bool on; /* stderr is a terminal */
+    const char *model;
+    int n_threads;
+};
+
+static void progress(const struct bench_progress *p, const char *test, const char *what, int i, int n) {
+    if (!p->on)
+        return;
+    const char *base = strrchr(p->model, '/');
+    fprintf(stderr, "\r\033[Kft bench: %s t%d %s: %s", base ? base + 1 : p->model, p->n_threads, test, what);
+    if (n > 0)
+        fprintf(stderr, " %d/%d", i, n);
+    fflush(stderr);
+}
+
+static void progress_clear(const struct bench_progress *p) {
+    if (p->on) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
+    }
+}
+
+/* One ppN or tgN test: warm-up, then `reps` timed runs from an empty cache. */
+static int run_test(struct bench_run *b, struct bench_result *r, bool warmup, int reps, uint64_t *samples,
+                    const struct bench_progress *pr) {
+    char test[32];
+    bench_test_name(r, test, sizeof(test));
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(r->test_time, sizeof(r->test_time), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    int rc = ft_kv_cache_new(b->m, r->n_prompt + r->n_gen, 1, &b->kv);
+    if (rc)
+        return rc;
+    if (warmup) {
+        progress(pr, test, "warm-up", 0, 0);
+        if (r->n_prompt > 0 && (rc = run_prompt(b, r->n_prompt)))
+            goto done;
+        if (r->n_gen > 0) {
+            ft_kv_cache_seq_truncate(b->kv, 0, 0);
+            if ((rc = run_gen(b, 1)))
+                goto done;
+        }
+    }
+    for (int i = 0; i < reps; i++) {
+        progress(pr, test, "run", i + 1, reps);
+        ft_kv_cache_seq_truncate(b->kv, 0, 0);
+        const uint64_t t0 = now_ns();
+        if (r->n_prompt > 0 && (rc = run_prompt(b, r->n_prompt)))
+            goto done;
+        if (r->n_gen > 0 && (rc = run_gen(b, r->n_gen)))
+            goto done;
+        samples[i] = now_ns() - t0;
+    }
+    r->samples_ns = samples;
+    r->n_samples = reps;
+done:
+    progress_clear(pr);
+    ft_kv_cache_free(b->kv);
+    b->kv = NULL;
+    return rc;
+}
+
+/* ---- the command ----------------------------------------------------------------- */
+
+static int parse_list(const char *opt, const char *s, int lo, int hi, int *out) {
+    int n = ft_args_parse_int_list(s, out, BENCH_MAX_LIST);
+    if (n <= 0) {
+        fprintf(stderr, "ft bench: %s expects a comma-separated list of integers, got '%s'\n", opt, s);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (out[i] < lo || out[i] > hi) {
+            fprintf(stderr, "ft bench: %s values must be in %d..%d (got %d)\n", opt, lo, hi, out[i]);
+            return -1;
+        }
+    }
+    return n;
+}
+
+/* Threads a model gets when -t is absent: whatever the pool picks for 0. */
+static int default_threads(void) {
+    struct ft_threadpool *p = NULL;
+    if (ft_threadpool_new(0, &p) != 0)
+        return 1;
+    int n = ft_threadpool_n_threads(p);
+    ft_threadpool_free(p);
+    return n;
+}
+
+int ft_cmd_bench(int argc, char **argv) {
+    struct ft_str_list models = {0};
+    const char *p_s = "512", *n_s = "128", *t_s = NULL, *numa = "off", *fmt_s = "md";
+    int reps = 5, n_batch = 2048;
+    uint64_t seed = 1;
+    bool no_warmup = false, hw = false;
+    const struct ft_opt opts[] = {
+        {"-m", "--model", FT_OPT_STR_LIST, &models, "FILE", "GGUF model (repeatable; default: $FT_MODEL or Gemma 3 270M)"},
+        {"-p", "--n-prompt", FT_OPT_STR, &p_s, "N[,N..]", "prompt lengths of the ppN tests (default 512; 0 = none)"},
+        {"-n", "--n-gen", FT_OPT_STR, &n_s, "N[,N..]", "generated tokens of the tgN tests (default 128; 0 = none)"},
+        {"-t", "--threads", FT_OPT_STR, &t_s, "N[,N..]", "thread counts (default: one per core)"},
+        {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
+        {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
+        {"-o", "--output", FT_OPT_STR, &fmt_s, "FMT", "output format: md (default), csv, json, jsonl"},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", "NUMA placement: off (default), distribute, isolate, replicate"},
+        {NULL, "--seed", FT_OPT_U64, &seed, "S", "seed of the random token ids (default 1)"},
+        {NULL, "--no-warmup", FT_OPT_FLAG, &no_warmup, NULL, "skip the warm-up run of each test"},
+        {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the CPU features and kernels ft uses, and exit"},
+    };
+    const struct ft_cmd_spec spec = {
+        "bench", "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-r 5] [-t 1,2] [-o md|csv|json]",
+        "Measures prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a time)\n"
+        "throughput in tokens/s, mean ± standard deviation over the repetitions after a warm-up, as\n"
+        "llama-bench does; one row per model x threads x test. JSON and CSV use llama-bench's field names.\n"
+        "Progress goes to stderr when it is a terminal.",
+        opts, (int)FT_ARRAY_LEN(opts), 0};
+    const char *pos[1];
+    int n_pos;
+    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
+    if (r)
+        return r > 0 ? 0 : 2;
+
+    const int n_default_threads = default_threads();
+    if (hw) {
+        bench_print_hw(stdout, n_default_threads);
+        return 0;
+    }
+    int prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
+    int n_prompts = parse_list("-p", p_s, 0, BENCH_MAX_TOKENS, prompts);
+    if (n_prompts < 0)
+        return 2;
+    int n_gens = parse_list("-n", n_s, 0, BENCH_MAX_TOKENS, gens);
+    if (n_gens < 0)
+        return 2;
+    int n_threads_list = 1;
+    threads[0] = n_default_threads;
+    if (t_s && (n_threads_list = parse_list("-t", t_s, 1, BENCH_MAX_THREADS, threads)) < 0)
+        return 2;
+    if (reps < 1 || reps > BENCH_MAX_REPS) {
+        fprintf(stderr, "ft bench: -r must be in 1..%d (got %d)\n", BENCH_MAX_REPS, reps);
+        return 2;
+    }
+    if (n_batch < 1 || n_batch > FT_MAX_BATCH) {
+        fprintf(stderr, "ft bench: -b must be in 1..%d (got %d)\n", FT_MAX_BATCH, n_batch);
+        return 2;
+    }
+    enum bench_format fmt;
+    if (bench_format_parse(fmt_s, &fmt)) {
+        fprintf(stderr, "ft bench: -o must be md, csv, json or jsonl (got '%s')\n", fmt_s);
+        return 2;
+    }
+    bool any = false;
+    for (int i = 0; i < n_prompts; i++)
+        any = any || prompts[i] > 0;
+    for (int i = 0; i < n_gens; i++)
+        any = any || gens[i] > 0;
+    if (!any) {
+        fprintf(stderr, "ft bench: nothing to measure: -p and -n are all 0\n");
+        return 2;
+    }
+    struct ft_model_params mp = {0};
+    if (bench_set_numa(numa, &mp))
+        return 2;
+    if (models.n == 0) {
+        const char *d = ft_cli_default_model("bench");
+        if (!d)
+            return 2;
+        models.items[models.n++] = d;
+    }
+
+    const struct ft_cpu_info *cpu = ft_cpu_info();
+    const char *isa = ft_simd_isa_name();
+    const struct bench_progress base_pr = {.on = isatty(STDERR_FILENO)};
+    uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)reps);
+    struct bench_run b = {.n_batch = n_batch, .rng = seed};
+    b.tokens = malloc(sizeof(int32_t) * (size_t)n_batch);
+    b.pos = malloc(sizeof(int32_t) * (size_t)n_batch);
+    b.seq = calloc((size_t)n_batch, sizeof(int32_t));
+    if (!samples || !b.tokens || !b.pos || !b.seq) {
+        fprintf(stderr, "ft bench: out of memory\n");
+        free(samples);
+        free(b.tokens);
+        free(b.pos);
+        free(b.seq);
+        return 1;
+    }
+
+    int status = 0;
+    bench_report_begin(stdout, fmt);
+    for (int mi = 0; mi < models.n && status == 0; mi++) {
+        const char *path = models.items[mi];
+        for (int ti = 0; ti < n_threads_list && status == 0; ti++) {
+            mp.n_threads = threads[ti];
+            ft_clear_error();
+            int rc = ft_model_load(path, &mp, &b.m);
+            if (rc) {
+                ft_cli_error("bench", rc, path);
+                status = 1;
+                break;
+            }
+            const struct ft_hparams *hp = ft_model_hparams(b.m);
+            const struct ft_tokenizer *tok = ft_model_tokenizer(b.m);
+            struct bench_model_info info;
+            bench_model_describe(ft_model_gguf(b.m), hp->arch_name, &info);
+            b.n_vocab = hp->n_vocab;
+            b.bos = ft_tokenizer_bos(tok);
+            b.add_bos = ft_tokenizer_add_bos(tok) && b.bos >= 0;
+            b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+            if (!b.logits) {
+                fprintf(stderr, "ft bench: out of memory\n");
+                status = 1;
+            }
+            struct bench_progress pr = base_pr;
+            pr.model = path;
+            pr.n_threads = threads[ti];
+            /* llama-bench's order: every ppN, then every tgN. */
+            for (int k = 0; k < n_prompts + n_gens && status == 0; k++) {
+                struct bench_result res = {
+                    .model_filename = path,
+                    .model = &info,
+                    .isa = isa,
+                    .cpu_info = cpu->model[0] ? cpu->model : cpu->arch,
+                    .numa = numa,
+                    .n_threads = threads[ti],
+                    .n_batch = n_batch,
+                    .n_prompt = k < n_prompts ? prompts[k] : 0,
+                    .n_gen = k < n_prompts ? 0 : gens[k - n_prompts],
+                };
+                if (res.n_prompt == 0 && res.n_gen == 0)
+                    continue;
+                ft_clear_error();
+                if ((rc = run_test(&b, &res, !no_warmup, reps, samples, &pr))) {
+                    ft_cli_error("bench", rc, path);
+                    status = 1;
+                    break;
+                }
+                bench_report_row(stdout, fmt, &res);
+            }
+            free(b.logits);
+            b.logits = NULL;
+            ft_model_free(b.m);
+            b.m = NULL;
+        }
+    }
+    char footer[256];
+    snprintf(footer, sizeof(footer), "ft %s, kernels %s, %s", FT_CLI_VERSION, isa,
+             cpu->model[0] ? cpu->model : cpu->arch);
+    bench_report_end(stdout, fmt, footer);
+    free(samples);
+    free(b.tokens);
+    free(b.pos);
+    free(b.seq);
+    return status;
+}
