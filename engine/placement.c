@@ -33,7 +33,6 @@ int ft_numa_mode_parse(const char *s, enum ft_numa_mode *out) {
             return FT_OK;
         }
     }
-    FT_LOG_E("unknown NUMA mode '%.32s' (off, distribute, isolate, replicate)", s ? s : "");
     return FT_EINVAL;
 }
 

@@ -21,6 +21,9 @@
 /* The process topology, loaded on first use and kept until exit (read-only,
  * safe to share between threads). FT_EIO when hwloc cannot load it. */
 int ft_topology_get(hwloc_topology_t *out);
+/* OS index of the PU the calling thread runs on; -1 if hwloc cannot tell
+ * (a synthetic topology, an OS without the query). */
+int ft_topology_current_pu(hwloc_topology_t topo);
 
 struct ft_place_params {
     int n_threads;          /* <= 0: one per core of the cores the mode uses */

@@ -213,16 +213,6 @@ int ft_threadpool_new(int n_threads, struct ft_threadpool **out) {
     return ft_threadpool_new_ex(&params, out);
 }
 
-/* OS index of the PU this thread runs on, -1 if hwloc cannot tell. */
-static int current_pu(hwloc_topology_t topo) {
-    hwloc_bitmap_t set = hwloc_bitmap_alloc();
-    int pu = -1;
-    if (set && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0)
-        pu = hwloc_bitmap_first(set);
-    hwloc_bitmap_free(set);
-    return pu;
-}
-
 int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_threadpool **out) {
     *out = NULL;
     hwloc_topology_t topo;
@@ -233,7 +223,7 @@ int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_th
         .n_threads = params->n_threads,
         .mode = params->numa,
         .numa_node = params->numa_node,
-        .caller_pu = current_pu(topo),
+        .caller_pu = ft_topology_current_pu(topo),
     };
     const size_t bytes = (sizeof(struct ft_threadpool) + FT_CACHE_LINE - 1) & ~(size_t)(FT_CACHE_LINE - 1);
     struct ft_threadpool *p = aligned_alloc(FT_CACHE_LINE, bytes);

@@ -39,6 +39,15 @@ int ft_topology_get(hwloc_topology_t *out) {
     return g_rc;
 }
 
+int ft_topology_current_pu(hwloc_topology_t topo) {
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    int pu = -1;
+    if (set && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0)
+        pu = hwloc_bitmap_first(set);
+    hwloc_bitmap_free(set);
+    return pu;
+}
+
 /* Cores, or PUs on machines where hwloc sees no core objects. */
 static hwloc_obj_type_t core_type(hwloc_topology_t t) {
     return hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
@@ -72,7 +81,7 @@ static void format_bytes(unsigned long long b, char *buf, size_t cap) {
 }
 
 /* One cache level: "L2 2 MiB x2" (several sizes on hybrid CPUs: "L2 2 MiB x8, 4 MiB x4"). */
-static void report_cache(FILE *f, hwloc_topology_t t, hwloc_obj_type_t type, const char *name) {
+static int report_cache(FILE *f, hwloc_topology_t t, hwloc_obj_type_t type, const char *name) {
     const int n = hwloc_get_nbobjs_by_type(t, type);
     int printed = 0;
     unsigned long long seen[8];
@@ -100,14 +109,23 @@ static void report_cache(FILE *f, hwloc_topology_t t, hwloc_obj_type_t type, con
     }
     if (printed)
         fputc('\n', f);
+    return printed;
 }
 
 int ft_hw_report(FILE *f) {
-    char line[512];
+    /* ft_cpu_describe(): "<arch> <vendor> <model>: <features> | kernels: ..." */
+    char line[768];
     ft_cpu_describe(line, sizeof(line));
+    char *cut = strstr(line, " | kernels: ");
+    if (cut)
+        *cut = '\0';
+    char *feats = strrchr(line, ':');
+    if (feats)
+        *feats++ = '\0';
     fprintf(f, "cpu:       %s\n", line);
-    fprintf(f, "isa:       %s in use", ft_isa_name(ft_cpu_isa()));
-    fprintf(f, " (best here %s; FT_ISA or --isa forces another)\n", ft_isa_name(ft_cpu_info()->best));
+    fprintf(f, "isa:       %s kernels in use (best here: %s; FT_ISA=LEVEL forces another)\n",
+            ft_isa_name(ft_cpu_isa()), ft_isa_name(ft_cpu_info()->best));
+    fprintf(f, "features: %s\n", feats ? feats : " ?");
 
     hwloc_topology_t t;
     int rc = ft_topology_get(&t);
@@ -134,10 +152,12 @@ int ft_hw_report(FILE *f) {
         fprintf(f, "numa %d:    %s memory, %d cores, CPUs %s\n", i, mem, cores_in, pus);
     }
     fprintf(f, "caches:\n");
-    report_cache(f, t, HWLOC_OBJ_L1CACHE, "L1d");
-    report_cache(f, t, HWLOC_OBJ_L2CACHE, "L2 ");
-    report_cache(f, t, HWLOC_OBJ_L3CACHE, "L3 ");
-    report_cache(f, t, HWLOC_OBJ_L4CACHE, "L4 ");
+    int levels = report_cache(f, t, HWLOC_OBJ_L1CACHE, "L1d");
+    levels += report_cache(f, t, HWLOC_OBJ_L2CACHE, "L2 ");
+    levels += report_cache(f, t, HWLOC_OBJ_L3CACHE, "L3 ");
+    levels += report_cache(f, t, HWLOC_OBJ_L4CACHE, "L4 ");
+    if (!levels)
+        fprintf(f, "  none reported\n");
 
     const struct hwloc_topology_support *sup = hwloc_topology_get_support(t);
     const bool pin = sup->cpubind->set_thisthread_cpubind;
@@ -146,5 +166,26 @@ int ft_hw_report(FILE *f) {
     fprintf(f, "binding:   threads %s, memory bind %s, interleave %s\n", pin ? "yes" : "no",
             bind ? "yes" : "no", inter ? "yes" : "no");
     fprintf(f, "default:   %d threads (one per physical core), --numa off\n", ft_hw_n_cores());
+    return FT_OK;
+}
+
+int ft_hw_report_placement(FILE *f, int n_threads, enum ft_numa_mode mode, int numa_node) {
+    hwloc_topology_t t;
+    int rc = ft_topology_get(&t);
+    if (rc)
+        return rc;
+    const struct ft_place_params pp = {
+        .n_threads = n_threads,
+        .mode = mode,
+        .numa_node = numa_node,
+        .caller_pu = ft_topology_current_pu(t),
+    };
+    struct ft_placement pl;
+    if ((rc = ft_placement_plan(t, &pp, &pl)))
+        return rc;
+    fprintf(f, "placement: %d threads, --numa %s%s\n", pl.n_threads, ft_numa_mode_name(mode),
+            pl.oversubscribed ? " (more threads than hardware threads: not pinned to cores)" : "");
+    ft_placement_describe(&pl, f);
+    ft_placement_free(&pl);
     return FT_OK;
 }

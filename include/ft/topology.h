@@ -33,7 +33,7 @@ enum ft_numa_mode {
 
 const char *ft_numa_mode_name(enum ft_numa_mode mode); /* "off"...; "?" out of range */
 /* "off", "distribute", "isolate", "replicate" (case-insensitive). FT_EINVAL
- * (and a log line listing the modes) for anything else. */
+ * for anything else (nothing logged: the caller names the flag). */
 int ft_numa_mode_parse(const char *s, enum ft_numa_mode *out);
 
 /* Physical cores this process may run on (>= 1; the default thread count),
@@ -47,5 +47,10 @@ int ft_hw_n_numa_nodes(void);
  * default thread count. Returns FT_OK or the error from loading the
  * topology (the CPU lines are printed in any case). */
 int ft_hw_report(FILE *f);
+/* Where a pool with these parameters would put its threads and the weight
+ * copies, one line each (what `ft info --hw -t N --numa MODE` prints).
+ * Computes the plan only: no thread is started, nothing is bound. Returns
+ * FT_OK or the plan's error (bad thread count or node, logged). */
+int ft_hw_report_placement(FILE *f, int n_threads, enum ft_numa_mode mode, int numa_node);
 
 #endif
