@@ -7,8 +7,10 @@
  *   dispatch  the caller writes fn/ctx and bumps `generation`; workers
  *             spinning on it see the new value within tens of nanoseconds;
  *   barrier   each worker bumps `n_done`; the caller, having done its own
- *             share, spins until it reaches n_threads - 1.
- * Spinning is bounded in time (FT_POOL_SPIN_NS): a worker that saw no task
+ *             share, spins until it reaches generation * (n_threads - 1).
+ *             The counter never resets (wrapping is fine): a reset would be
+ *             one more cache-line transfer per task.
+ * Spinning is bounded in time (FT_POOL_SPIN_NS, 1 ms): a worker that saw no task
  * for that long sleeps on a futex on `generation`, and a caller that waited
  * that long for the last worker sleeps on a futex on `n_done`, so an idle
  * pool costs no CPU and a long, unbalanced task does not burn the caller's
@@ -16,8 +18,8 @@
  * announce (`n_sleeping`, `caller_waiting`).
  *
  * What must stay true:
- *  - fn/ctx and the reset of n_done are written before the generation bump
- *    (release) and read after seeing it (acquire);
+ *  - fn/ctx are written before the generation bump (release) and read
+ *    after seeing it (acquire);
  *  - sleeping is a Dekker handshake: the sleeper announces itself, then
  *    rechecks the word it waits on, then futex-waits on the value it saw;
  *    the waker changes the word, then reads the announcement. Both sides use
@@ -55,14 +57,22 @@
 #endif
 
 /* How long a worker waits for the next task, or the caller for the last
- * worker, before sleeping. Longer than the gaps inside a forward pass (a
- * few microseconds of serial work between ops) and than the usual
- * imbalance of a task; short enough that an idle pool goes quiet at once. */
-#define FT_POOL_SPIN_NS 100000
+ * worker, before sleeping: longer than the gaps inside a forward pass (a
+ * few microseconds of serial work between ops) and than sampling between
+ * two decode steps, so a generating model never pays a wake-up (tens of
+ * microseconds, more in a VM); short enough that an idle pool goes quiet
+ * at once. */
+#define FT_POOL_SPIN_NS 1000000
 /* Pause instructions between two reads of the clock while spinning. */
 #define FT_POOL_SPIN_CHECK 64
 
 #define FT_CACHE_LINE 64
+
+/* The generation counter's first value; a test starts it just below 2^32
+ * to run the pool across the wrap. */
+#ifndef FT_POOL_GEN0
+#define FT_POOL_GEN0 0u
+#endif
 
 /* Park on a 32-bit word while it holds `val`; wake every thread parked on
  * it. Without futexes, parking yields: correct, only less frugal. */
@@ -155,14 +165,19 @@ static inline void relax(const struct ft_threadpool *p) {
 /* Wait until generation moves past `seen`; returns the new value. */
 static unsigned wait_for_task(struct ft_threadpool *p, unsigned seen) {
     unsigned gen;
-    const uint64_t deadline = now_ns() + FT_POOL_SPIN_NS;
+    uint64_t deadline = 0; /* read the clock only once spinning has lasted a while */
     for (unsigned i = 1;; i++) {
         gen = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (gen != seen)
             return gen;
         relax(p);
-        if (i % FT_POOL_SPIN_CHECK == 0 && now_ns() > deadline)
-            break;
+        if (i % FT_POOL_SPIN_CHECK == 0) {
+            const uint64_t t = now_ns();
+            if (!deadline)
+                deadline = t + FT_POOL_SPIN_NS;
+            else if (t > deadline)
+                break;
+        }
     }
     atomic_fetch_add(&p->n_sleeping, 1);
     while ((gen = atomic_load(&p->generation)) == seen)
@@ -174,33 +189,42 @@ static unsigned wait_for_task(struct ft_threadpool *p, unsigned seen) {
 static void *worker_main(void *arg) {
     struct ft_worker *w = arg;
     struct ft_threadpool *p = w->pool;
-    const unsigned last = (unsigned)p->n_threads - 1; /* workers to report, the caller excluded */
+    const unsigned n_workers = (unsigned)p->n_threads - 1; /* the caller is not one */
     pin_self(p, w->ith);
     tls_node = p->plan.workers[w->ith].node;
     tls_running = p;
     tls_is_worker = true;
     atomic_fetch_add(&p->n_started, 1);
-    unsigned seen = 0; /* no task runs before every worker has started */
+    unsigned seen = FT_POOL_GEN0; /* no task runs before every worker has started */
     for (;;) {
         seen = wait_for_task(p, seen);
         if (atomic_load(&p->stop))
             return NULL;
         p->fn(p->ctx, w->ith, p->n_threads);
-        if (atomic_fetch_add(&p->n_done, 1) + 1 == last && atomic_load(&p->caller_waiting))
+        if (atomic_fetch_add(&p->n_done, 1) + 1 == seen * n_workers && atomic_load(&p->caller_waiting))
             unpark_all(&p->n_done);
     }
 }
 
-/* The caller after its own share: wait for the other n_threads - 1. */
-static void wait_for_workers(struct ft_threadpool *p) {
-    const unsigned want = (unsigned)p->n_threads - 1;
-    const uint64_t deadline = now_ns() + FT_POOL_SPIN_NS;
-    for (unsigned i = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) < want; i++) {
+/* n_done has not reached `want` yet (modulo 2^32). */
+static inline bool before(unsigned done, unsigned want) { return (int)(done - want) < 0; }
+
+/* The caller after its own share: wait until every worker has reported
+ * task `gen` done, i.e. n_done == gen * (n_threads - 1). */
+static void wait_for_workers(struct ft_threadpool *p, unsigned gen) {
+    const unsigned want = gen * ((unsigned)p->n_threads - 1);
+    uint64_t deadline = 0;
+    for (unsigned i = 1; before(atomic_load_explicit(&p->n_done, memory_order_acquire), want); i++) {
         relax(p);
-        if (i % FT_POOL_SPIN_CHECK == 0 && now_ns() > deadline) {
+        if (i % FT_POOL_SPIN_CHECK != 0)
+            continue;
+        const uint64_t t = now_ns();
+        if (!deadline) {
+            deadline = t + FT_POOL_SPIN_NS;
+        } else if (t > deadline) {
             atomic_store(&p->caller_waiting, 1);
             unsigned done;
-            while ((done = atomic_load(&p->n_done)) < want)
+            while (before(done = atomic_load(&p->n_done), want))
                 park(&p->n_done, done);
             atomic_store(&p->caller_waiting, 0);
             return;
@@ -232,8 +256,8 @@ int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_th
         return FT_ENOMEM;
     }
     memset(p, 0, sizeof(*p));
-    atomic_init(&p->generation, 0);
-    atomic_init(&p->n_done, 0);
+    atomic_init(&p->generation, FT_POOL_GEN0);
+    atomic_init(&p->n_done, 0); /* set to GEN0 * workers once their number is known */
     atomic_init(&p->n_sleeping, 0);
     atomic_init(&p->caller_waiting, 0);
     atomic_init(&p->n_started, 0);
@@ -247,6 +271,7 @@ int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_th
         return rc;
     }
     p->n_threads = p->plan.n_threads;
+    atomic_store(&p->n_done, FT_POOL_GEN0 * ((unsigned)p->n_threads - 1));
     if (p->n_threads > 1 && !(p->workers = calloc((size_t)p->n_threads - 1, sizeof(*p->workers)))) {
         FT_LOG_E("out of memory creating a pool of %d threads", p->n_threads);
         ft_placement_free(&p->plan);
@@ -319,13 +344,12 @@ void ft_threadpool_run(struct ft_threadpool *p, ft_task_fn fn, void *ctx) {
     }
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    atomic_fetch_add(&p->generation, 1); /* seq_cst: publishes fn, ctx, n_done */
+    const unsigned gen = atomic_fetch_add(&p->generation, 1) + 1; /* seq_cst: publishes fn, ctx */
     if (atomic_load(&p->n_sleeping) > 0)
         unpark_all(&p->generation);
     fn(ctx, 0, p->n_threads);
     tls_running = outer;
-    wait_for_workers(p);
+    wait_for_workers(p, gen);
 }
 
 int ft_threadpool_node_of(const struct ft_threadpool *p, int ith) {

@@ -18,6 +18,23 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static hwloc_topology_t g_topo;
 static int g_rc = FT_EIO;
 
+/* Keep only the CPUs the process may run on, so `taskset` and `numactl
+ * --cpunodebind` are obeyed: hwloc lists every CPU of the machine (only
+ * cgroup limits remove some). Nodes left without CPUs go too. */
+static void restrict_to_binding(hwloc_topology_t t) {
+    hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+    if (mine && hwloc_get_cpubind(t, mine, HWLOC_CPUBIND_PROCESS) == 0 && !hwloc_bitmap_iszero(mine) &&
+        !hwloc_bitmap_isincluded(hwloc_topology_get_topology_cpuset(t), mine)) {
+        char cpus[128];
+        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), mine);
+        if (hwloc_topology_restrict(t, mine, HWLOC_RESTRICT_FLAG_REMOVE_CPULESS) == 0)
+            FT_LOG_I("the process may run on CPUs %s only: using those", cpus);
+        else
+            FT_LOG_W("the process may run on CPUs %s only, but hwloc could not restrict its view to them", cpus);
+    }
+    hwloc_bitmap_free(mine);
+}
+
 static void load_once(void) {
     hwloc_topology_t t;
     if (hwloc_topology_init(&t) != 0) {
@@ -29,6 +46,7 @@ static void load_once(void) {
         hwloc_topology_destroy(t);
         return;
     }
+    restrict_to_binding(t);
     g_topo = t;
     g_rc = FT_OK;
 }
@@ -137,8 +155,9 @@ int ft_hw_report(FILE *f) {
     const int n_core = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
     const int n_pu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
     const int n_node = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
-    fprintf(f, "topology:  %d package%s, %d cores, %d PUs (hardware threads), %d NUMA node%s%s\n", n_pkg,
-            n_pkg == 1 ? "" : "s", n_core, n_pu, n_node, n_node == 1 ? "" : "s",
+    fprintf(f, "topology:  %d package%s, %d core%s, %d PU%s (hardware threads), %d NUMA node%s%s\n", n_pkg,
+            n_pkg == 1 ? "" : "s", n_core, n_core == 1 ? "" : "s", n_pu, n_pu == 1 ? "" : "s", n_node,
+            n_node == 1 ? "" : "s",
             hwloc_topology_is_thissystem(t) ? "" : " [not this machine: HWLOC_SYNTHETIC/XML]");
     for (int i = 0; i < n_node; i++) {
         hwloc_obj_t nd = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
@@ -149,7 +168,7 @@ int ft_hw_report(FILE *f) {
         else
             hwloc_bitmap_list_snprintf(pus, sizeof(pus), nd->cpuset);
         const int cores_in = hwloc_get_nbobjs_inside_cpuset_by_type(t, nd->cpuset, core_type(t));
-        fprintf(f, "numa %d:    %s memory, %d cores, CPUs %s\n", i, mem, cores_in, pus);
+        fprintf(f, "numa %d:    %s memory, %d core%s, CPUs %s\n", i, mem, cores_in, cores_in == 1 ? "" : "s", pus);
     }
     fprintf(f, "caches:\n");
     int levels = report_cache(f, t, HWLOC_OBJ_L1CACHE, "L1d");
@@ -165,7 +184,8 @@ int ft_hw_report(FILE *f) {
     const bool inter = sup->membind->alloc_membind && sup->membind->interleave_membind;
     fprintf(f, "binding:   threads %s, memory bind %s, interleave %s\n", pin ? "yes" : "no",
             bind ? "yes" : "no", inter ? "yes" : "no");
-    fprintf(f, "default:   %d threads (one per physical core), --numa off\n", ft_hw_n_cores());
+    const int n = ft_hw_n_cores();
+    fprintf(f, "default:   %d thread%s (one per physical core), --numa off\n", n, n == 1 ? "" : "s");
     return FT_OK;
 }
 
@@ -183,7 +203,8 @@ int ft_hw_report_placement(FILE *f, int n_threads, enum ft_numa_mode mode, int n
     struct ft_placement pl;
     if ((rc = ft_placement_plan(t, &pp, &pl)))
         return rc;
-    fprintf(f, "placement: %d threads, --numa %s%s\n", pl.n_threads, ft_numa_mode_name(mode),
+    fprintf(f, "placement: %d thread%s, --numa %s%s\n", pl.n_threads, pl.n_threads == 1 ? "" : "s",
+            ft_numa_mode_name(mode),
             pl.oversubscribed ? " (more threads than hardware threads: not pinned to cores)" : "");
     ft_placement_describe(&pl, f);
     ft_placement_free(&pl);

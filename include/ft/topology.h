@@ -2,7 +2,8 @@
  *
  * The topology is discovered once per process (the first call of anything
  * here or of ft_threadpool_new*) and never changes afterwards; it only holds
- * the cores and memory this process is allowed to use (taskset, cgroups).
+ * the cores and memory this process may use (its CPU binding at that
+ * moment, e.g. from taskset or numactl, and cgroup limits).
  * HWLOC_SYNTHETIC or HWLOC_XMLFILE in the environment replace it with a
  * made-up machine; threads then cannot be pinned (a warning says so) but
  * everything else works, which is how the NUMA modes can be tried on a

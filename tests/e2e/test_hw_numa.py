@@ -3,9 +3,13 @@ ft info --hw on this machine and on a synthetic two-node machine
 (HWLOC_SYNTHETIC), the flags' usage errors, and the same output from
 ft run / ft logits under every --numa mode, on this machine and on the
 synthetic one (where each node's workers read their own weight copy)."""
+import os
 import re
+import subprocess
 
 import pytest
+
+from conftest import ft_bin
 
 MODES = ["off", "distribute", "isolate", "replicate"]
 TWO_NODES = {"HWLOC_SYNTHETIC": "pack:2 numa:1 core:4 pu:2"}
@@ -48,6 +52,20 @@ def test_info_hw_synthetic_two_nodes(ft):
     assert "placement: 4 threads, --numa isolate" in out
     assert "thread 0: core 4, node 1," in out and "thread 3: core 7, node 1," in out
     assert "weights 0: bound to node 1" in out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs and sched_setaffinity")
+def test_info_hw_obeys_cpu_binding():
+    # Like `taskset -c LAST ft info --hw`: one core, the thread on that CPU.
+    last = max(os.sched_getaffinity(0))
+    r = subprocess.run([ft_bin(), "info", "--hw"], capture_output=True, timeout=60,
+                       preexec_fn=lambda: os.sched_setaffinity(0, {last}))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert re.search(r"1 core, 1 PU", out), out
+    assert "placement: 1 thread, --numa off" in out
+    assert re.search(rf"thread 0: core 0, node \d+, CPUs {last}\n", out), out
 
 
 @pytest.mark.parametrize("args", [

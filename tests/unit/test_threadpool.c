@@ -74,16 +74,16 @@ static void many_runs(void) {
         /* Back to back: workers stay spinning. */
         for (int rep = 0; rep < 20000; rep++)
             run_checked(p, nt, 1000 + rep % 97, -1, 0, "back to back", rep);
-        /* Gaps around the spin time (100 us): some runs find workers
-         * spinning, some asleep, some just falling asleep. */
-        for (int rep = 0; rep < 300; rep++) {
-            sleep_us(40 + (rep * 37) % 200);
+        /* Gaps around the spin time (FT_POOL_SPIN_NS, 1 ms): some runs
+         * find workers spinning, some asleep, some just falling asleep. */
+        for (int rep = 0; rep < 200; rep++) {
+            sleep_us(500 + (rep * 37) % 1000);
             run_checked(p, nt, 500 + rep, -1, 0, "after a gap", rep);
         }
         /* One thread slow: the others (caller included) wait long enough
          * to sleep and must be woken by the last one. */
         for (int rep = 0; rep < 40; rep++)
-            run_checked(p, nt, 700, rep % nt, 300 + rep * 10, "one slow thread", rep);
+            run_checked(p, nt, 700, rep % nt, 1200 + rep * 20, "one slow thread", rep);
         ft_threadpool_free(p);
     }
 }
