@@ -194,7 +194,10 @@ static hwloc_membind_policy_t hwloc_policy(enum ft_mem_policy p) {
 }
 
 /* One arena placed as b says; unplaced (with a warning) when the system
- * cannot bind memory, as under a synthetic topology. */
+ * cannot bind memory, as under a synthetic topology. Not STRICT: on Linux
+ * a bind is then "preferred" (MPOL_PREFERRED_MANY), so a copy that does
+ * not fit on its node spills over (slower) instead of failing. Huge pages
+ * where the kernel allows them: weights are streamed, TLB misses add up. */
 static char *alloc_buffer(hwloc_topology_t topo, const struct ft_buffer_place *b, size_t size) {
     void *p = hwloc_alloc_membind(topo, size, b->nodeset, hwloc_policy(b->policy), HWLOC_MEMBIND_BYNODESET);
     if (!p) {
@@ -204,6 +207,10 @@ static char *alloc_buffer(hwloc_topology_t topo, const struct ft_buffer_place *b
                  nodes);
         p = hwloc_alloc(topo, size);
     }
+#ifdef MADV_HUGEPAGE
+    if (p)
+        madvise(p, size, MADV_HUGEPAGE);
+#endif
     return p;
 }
 
