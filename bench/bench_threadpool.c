@@ -2,17 +2,18 @@
  *
  * Decode issues a few hundred small tasks per token, so dispatch (waking the
  * workers) plus the closing barrier (waiting for the last one) is paid
- * hundreds of times per token. For each thread count it prints the median
- * over several trials of:
- *   empty:   ns per run() of a task that does nothing, back to back;
- *   gap:     the same with ~2 us of work on the caller alone between runs
- *            (the serial bits of a forward pass between two parallel ops);
- *   idle:    ns per run() after the pool has been idle for 2 ms, long enough
- *            for the workers to have gone to sleep (the first op of a token
- *            after sampling, or of a request after a pause).
- * Only the public interface is used, so the same file measures any version
- * of the pool. Not a test: it asserts nothing. Usage:
- *   ft-bench-threadpool [-t 1,2] [--runs N] [--trials N]
+ * hundreds of times per token. For each thread count it times every run()
+ * of a task that does nothing, in three situations:
+ *   b2b:   back to back (workers stay hot);
+ *   gap:   ~2 us of work on the caller alone before each run (the serial
+ *          bits of a forward pass between two parallel ops);
+ *   idle:  after 5 ms of idleness, long enough for the workers to have
+ *          gone to sleep (the first op after a pause);
+ * and prints the median and 99th percentile in ns per run (the median is
+ * what a run costs; on a busy machine the tail is the scheduler's), plus
+ * the mean of b2b. Only the public interface is used, so the same file
+ * measures any version of the pool. Not a test: it asserts nothing. Usage:
+ *   ft-bench-threadpool [-t 1,2] [--runs N]
  */
 #include "ft/common.h"
 #include "ft/threadpool.h"
@@ -37,7 +38,7 @@ static void empty_task(void *ctx, int ith, int nth) {
     (void)nth;
 }
 
-/* Busy work the compiler cannot drop: about `iters` dependent adds. */
+/* Busy work the compiler cannot drop: about `iters` dependent multiply-adds. */
 static volatile uint64_t g_sink;
 static void caller_work(int iters) {
     uint64_t x = g_sink;
@@ -51,9 +52,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+/* The q-quantile of v[0..n) (sorts v). */
+static double quantile(double *v, int n, double q) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return v[(int)(q * (n - 1) + 0.5)];
 }
 
 /* Iterations of caller_work that take about `ns`. */
@@ -75,9 +77,22 @@ static void sleep_ns(long ns) {
     nanosleep(&ts, NULL);
 }
 
+/* Time `n` runs, each preceded by `work` iterations or `idle_ns` of sleep. */
+static void time_runs(struct ft_threadpool *p, int n, int work, long idle_ns, double *out) {
+    for (int i = 0; i < n; i++) {
+        if (work)
+            caller_work(work);
+        if (idle_ns)
+            sleep_ns(idle_ns);
+        const double a = now_ns();
+        ft_threadpool_run(p, empty_task, NULL);
+        out[i] = now_ns() - a;
+    }
+}
+
 int main(int argc, char **argv) {
     int counts[MAX_COUNTS] = {1, 2};
-    int n_counts = 2, runs = 20000, trials = 7;
+    int n_counts = 2, runs = 100000;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) {
             n_counts = 0;
@@ -90,59 +105,47 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
             runs = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--trials") && i + 1 < argc) {
-            trials = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [-t 1,2] [--runs N] [--trials N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t 1,2] [--runs N]\n", argv[0]);
             return 2;
         }
     }
-    if (runs < 1 || trials < 1 || trials > 101 || n_counts < 1) {
-        fprintf(stderr, "%s: bad arguments\n", argv[0]);
+    if (runs < 100 || runs > 10000000 || n_counts < 1) {
+        fprintf(stderr, "%s: bad arguments (--runs 100..10000000)\n", argv[0]);
         return 2;
     }
     const int gap_iters = calibrate_work(2000.0);
     const int idle_runs = 200;
-    printf("%-8s %14s %14s %14s   (median of %d trials; empty/gap: %d runs, idle: %d runs)\n", "threads",
-           "empty ns/run", "gap ns/run", "idle ns/run", trials, runs, idle_runs);
+    double *t = malloc((size_t)runs * sizeof(double));
+    if (!t)
+        return 1;
+    printf("ns per run() of an empty task; b2b/gap: %d runs, idle: %d runs\n", runs, idle_runs);
+    printf("%-8s %9s %9s %9s %9s %9s %9s %9s\n", "threads", "b2b mean", "b2b p50", "b2b p99", "gap p50",
+           "gap p99", "idle p50", "idle p99");
     for (int c = 0; c < n_counts; c++) {
         struct ft_threadpool *p = NULL;
         if (ft_threadpool_new(counts[c], &p) != FT_OK) {
             fprintf(stderr, "%s: cannot make a pool of %d threads\n", argv[0], counts[c]);
+            free(t);
             return 1;
         }
         for (int i = 0; i < 1000; i++) /* warm up: threads started and spinning */
             ft_threadpool_run(p, empty_task, NULL);
-        double empty[101], gap[101], idle[101];
-        for (int t = 0; t < trials; t++) {
-            double t0 = now_ns();
-            for (int i = 0; i < runs; i++)
-                ft_threadpool_run(p, empty_task, NULL);
-            empty[t] = (now_ns() - t0) / runs;
-
-            /* Time of the runs alone: the caller's serial work is outside. */
-            double in_run = 0;
-            for (int i = 0; i < runs; i++) {
-                caller_work(gap_iters);
-                double a = now_ns();
-                ft_threadpool_run(p, empty_task, NULL);
-                in_run += now_ns() - a;
-            }
-            gap[t] = in_run / runs;
-
-            double in_idle = 0;
-            for (int i = 0; i < idle_runs; i++) {
-                sleep_ns(2000000);
-                double a = now_ns();
-                ft_threadpool_run(p, empty_task, NULL);
-                in_idle += now_ns() - a;
-            }
-            idle[t] = in_idle / idle_runs;
-        }
-        printf("%-8d %14.0f %14.0f %14.0f\n", ft_threadpool_n_threads(p), median(empty, trials),
-               median(gap, trials), median(idle, trials));
+        double t0 = now_ns();
+        for (int i = 0; i < runs; i++)
+            ft_threadpool_run(p, empty_task, NULL);
+        const double mean = (now_ns() - t0) / runs;
+        time_runs(p, runs, 0, 0, t);
+        const double b50 = quantile(t, runs, 0.5), b99 = quantile(t, runs, 0.99);
+        time_runs(p, runs, gap_iters, 0, t);
+        const double g50 = quantile(t, runs, 0.5), g99 = quantile(t, runs, 0.99);
+        time_runs(p, idle_runs, 0, 5000000, t);
+        const double i50 = quantile(t, idle_runs, 0.5), i99 = quantile(t, idle_runs, 0.99);
+        printf("%-8d %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", ft_threadpool_n_threads(p), mean, b50, b99,
+               g50, g99, i50, i99);
         fflush(stdout);
         ft_threadpool_free(p);
     }
+    free(t);
     return 0;
 }

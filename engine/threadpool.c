@@ -17,6 +17,15 @@
  * core. Wake-ups are needed only when someone sleeps, which the sleepers
  * announce (`n_sleeping`, `caller_waiting`).
  *
+ * A share is claimed before it runs (`claim`, one word per worker, on the
+ * worker's own cache line). A caller that has finished its share and still
+ * waits runs, itself, every share whose worker has not even started it: the
+ * worker is asleep or preempted, and would finish later than the caller
+ * can (shares are equal), so taking it never loses. On a busy machine this
+ * turns a scheduler time slice into one share of work. The caller looks at
+ * the claims only after spinning a little (FT_POOL_STEAL_SPINS), so the
+ * back-to-back path does not move the workers' lines.
+ *
  * What must stay true:
  *  - fn/ctx are written before the generation bump (release) and read
  *    after seeing it (acquire);
@@ -25,8 +34,11 @@
  *    the waker changes the word, then reads the announcement. Both sides use
  *    seq_cst so at least one of them sees the other; the futex compares the
  *    value atomically, so a change between recheck and wait is not lost;
- *  - a worker cannot fall a generation behind: the caller starts the next
- *    task only after every worker has reported the current one done. */
+ *  - share ith of task g runs once: whoever moves claim[ith] from g - 1 to
+ *    g (compare-and-swap) runs it and counts it in n_done; a worker reads
+ *    fn/ctx only after winning, when the caller cannot have moved on;
+ *  - claim[ith] is g - 1 or g while task g is out, because task g + 1 starts
+ *    only after every share of g was counted. */
 #include "ft/threadpool.h"
 
 #include "ft/common.h"
@@ -37,6 +49,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -65,6 +78,10 @@
 #define FT_POOL_SPIN_NS 1000000
 /* Pause instructions between two reads of the clock while spinning. */
 #define FT_POOL_SPIN_CHECK 64
+/* Pause instructions the caller waits before running unstarted shares
+ * itself (about a microsecond): a spinning worker claims its share within
+ * a fraction of that. */
+#define FT_POOL_STEAL_SPINS 32
 
 #define FT_CACHE_LINE 64
 
@@ -101,6 +118,7 @@ static uint64_t now_ns(void) {
 }
 
 struct ft_worker {
+    _Alignas(FT_CACHE_LINE) atomic_uint claim; /* the last task whose share ith is taken */
     struct ft_threadpool *pool;
     int ith;
     pthread_t thread;
@@ -190,6 +208,11 @@ static void *worker_main(void *arg) {
     struct ft_worker *w = arg;
     struct ft_threadpool *p = w->pool;
     const unsigned n_workers = (unsigned)p->n_threads - 1; /* the caller is not one */
+#if defined(__linux__)
+    char name[16]; /* shown by top -H, gdb, /proc/PID/task/TID/comm */
+    snprintf(name, sizeof(name), "ft-worker-%d", w->ith);
+    pthread_setname_np(pthread_self(), name);
+#endif
     pin_self(p, w->ith);
     tls_node = p->plan.workers[w->ith].node;
     tls_running = p;
@@ -200,6 +223,9 @@ static void *worker_main(void *arg) {
         seen = wait_for_task(p, seen);
         if (atomic_load(&p->stop))
             return NULL;
+        unsigned prev = seen - 1;
+        if (!atomic_compare_exchange_strong(&w->claim, &prev, seen))
+            continue; /* the caller ran it (we were late), or the task is gone */
         p->fn(p->ctx, w->ith, p->n_threads);
         if (atomic_fetch_add(&p->n_done, 1) + 1 == seen * n_workers && atomic_load(&p->caller_waiting))
             unpark_all(&p->n_done);
@@ -209,13 +235,31 @@ static void *worker_main(void *arg) {
 /* n_done has not reached `want` yet (modulo 2^32). */
 static inline bool before(unsigned done, unsigned want) { return (int)(done - want) < 0; }
 
-/* The caller after its own share: wait until every worker has reported
- * task `gen` done, i.e. n_done == gen * (n_threads - 1). */
+/* Run, on the caller, the shares of task `gen` no worker has started. */
+static void run_unstarted(struct ft_threadpool *p, unsigned gen) {
+    for (int i = 1; i < p->n_threads; i++) {
+        struct ft_worker *w = &p->workers[i - 1];
+        unsigned prev = gen - 1;
+        if (atomic_load_explicit(&w->claim, memory_order_relaxed) != prev ||
+            !atomic_compare_exchange_strong(&w->claim, &prev, gen))
+            continue;
+        struct ft_threadpool *outer = tls_running;
+        tls_running = p;
+        p->fn(p->ctx, i, p->n_threads);
+        tls_running = outer;
+        atomic_fetch_add(&p->n_done, 1);
+    }
+}
+
+/* The caller after its own share: wait until every share of task `gen` is
+ * counted, i.e. n_done == gen * (n_threads - 1). */
 static void wait_for_workers(struct ft_threadpool *p, unsigned gen) {
     const unsigned want = gen * ((unsigned)p->n_threads - 1);
     uint64_t deadline = 0;
     for (unsigned i = 1; before(atomic_load_explicit(&p->n_done, memory_order_acquire), want); i++) {
         relax(p);
+        if (i == FT_POOL_STEAL_SPINS)
+            run_unstarted(p, gen);
         if (i % FT_POOL_SPIN_CHECK != 0)
             continue;
         const uint64_t t = now_ns();
@@ -272,7 +316,8 @@ int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_th
     }
     p->n_threads = p->plan.n_threads;
     atomic_store(&p->n_done, FT_POOL_GEN0 * ((unsigned)p->n_threads - 1));
-    if (p->n_threads > 1 && !(p->workers = calloc((size_t)p->n_threads - 1, sizeof(*p->workers)))) {
+    if (p->n_threads > 1 &&
+        !(p->workers = aligned_alloc(FT_CACHE_LINE, ((size_t)p->n_threads - 1) * sizeof(*p->workers)))) {
         FT_LOG_E("out of memory creating a pool of %d threads", p->n_threads);
         ft_placement_free(&p->plan);
         free(p);
@@ -280,6 +325,8 @@ int ft_threadpool_new_ex(const struct ft_threadpool_params *params, struct ft_th
     }
     for (int i = 1; i < p->n_threads; i++) {
         struct ft_worker *w = &p->workers[i - 1];
+        memset(w, 0, sizeof(*w));
+        atomic_init(&w->claim, FT_POOL_GEN0);
         w->pool = p;
         w->ith = i;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

@@ -1,6 +1,11 @@
-/* Compute thread pool. ft_threadpool_run() runs fn(ctx, ith, nth) on every
- * thread (the caller is thread 0) and returns when all have finished. Work is
- * split by the callee, usually by output rows.
+/* Compute thread pool. ft_threadpool_run() runs fn(ctx, ith, nth) once for
+ * every ith in 0..nth-1 and returns when all have finished; results are then
+ * visible to the caller. Work is split by the callee, usually by output rows.
+ * Share 0 runs on the calling thread, share ith normally on worker ith; but
+ * the caller runs a share itself when its worker has not started it by the
+ * time the caller is done with its own (the worker is asleep or preempted).
+ * So a task may depend on ith (rows, per-share scratch) but not on which
+ * thread runs it: for the NUMA node, ask ft_threadpool_current_node().
  *
  * Threads are placed by hwloc (engine/placement.h): one per physical core by
  * default, each pinned to its core, the caller too (from its first run()
@@ -35,8 +40,8 @@ void ft_threadpool_free(struct ft_threadpool *p); /* accepts NULL */
 int ft_threadpool_n_threads(const struct ft_threadpool *p);
 void ft_threadpool_run(struct ft_threadpool *p, ft_task_fn fn, void *ctx);
 
-/* The NUMA node (hwloc logical index) thread ith runs on; -1 when not
- * known (not pinned, or ith out of range). */
+/* The NUMA node (hwloc logical index) worker ith is placed on; -1 when
+ * not known (not pinned, or ith out of range). */
 int ft_threadpool_node_of(const struct ft_threadpool *p, int ith);
 /* The node of the calling thread as its pool placed it: inside a task, the
  * node of the worker running it (ft_weight_data() uses this to pick the
