@@ -29,8 +29,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* Every ft_weight of a layer. A field missing here still works: it keeps
- * pointing into the file mapping, only without NUMA placement. */
+/* Every ft_weight of a layer; the assertion below fires when struct
+ * ft_layer grows, so a new field is not forgotten here (a weight left out
+ * would still work, read from the file mapping without NUMA placement). */
 static const size_t k_layer_weights[] = {
     offsetof(struct ft_layer, attn_norm),      offsetof(struct ft_layer, wq),
     offsetof(struct ft_layer, wk),             offsetof(struct ft_layer, wv),
