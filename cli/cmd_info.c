@@ -1,9 +1,11 @@
 /* ft info: what a GGUF file holds and whether FreeToken can run it. */
 #include "args.h"
 #include "cli.h"
+#include "common_model.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/model.h"
+#include "ft/topology.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -113,23 +115,52 @@ static void format_bytes(double b, char *buf, size_t cap) {
         snprintf(buf, cap, "%.0f B", b);
 }
 
+/* ft info --hw: the machine, and where threads and weights would go. */
+static int info_hw(int threads, const char *numa, int numa_node) {
+    struct ft_model_params mp;
+    if (ft_cli_model_params("info", threads, numa, numa_node, &mp))
+        return 2;
+    int rc = ft_hw_report(stdout);
+    if (rc == FT_OK)
+        rc = ft_hw_report_placement(stdout, mp.n_threads, mp.numa, mp.numa_node);
+    if (rc) {
+        ft_cli_error("info", rc, "reading the hardware topology");
+        return 1;
+    }
+    return 0;
+}
+
 int ft_cmd_info(int argc, char **argv) {
-    bool no_tensors = false;
-    const char *model_opt = NULL;
+    bool no_tensors = false, hw = false;
+    const char *model_opt = NULL, *numa = NULL;
+    int threads = 0, numa_node = -1;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model_opt, "FILE", "GGUF file (or give it as the argument)"},
         {NULL, "--no-tensors", FT_OPT_FLAG, &no_tensors, NULL, "omit the tensor table"},
+        {NULL, "--hw", FT_OPT_FLAG, &hw, NULL,
+         "print the hardware instead: ISA, cores, NUMA nodes, caches, and where threads would run"},
+        {"-t", "--threads", FT_OPT_INT, &threads, "N", "with --hw: " FT_CLI_HELP_THREADS},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", "with --hw: " FT_CLI_HELP_NUMA},
+        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", "with --hw: " FT_CLI_HELP_NUMA_NODE},
     };
     const struct ft_cmd_spec spec = {
-        "info", "ft info MODEL.gguf [--no-tensors]",
+        "info", "ft info MODEL.gguf [--no-tensors] | ft info --hw [-t N] [--numa MODE]",
         "Prints the file's metadata (long arrays summarized), its tensors (name, type, shape, bytes),\n"
-        "parameter count, size, bits per weight, and whether FreeToken can run it.",
+        "parameter count, size, bits per weight, and whether FreeToken can run it.\n"
+        "With --hw, prints what was detected about this machine instead, and the thread and\n"
+        "weight placement that -t and --numa would give.",
         opts, (int)FT_ARRAY_LEN(opts), 1};
     const char *pos[1];
     int n_pos;
     int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
     if (r)
         return r > 0 ? 0 : 2;
+    if (hw)
+        return info_hw(threads, numa, numa_node);
+    if (threads || numa || numa_node != -1) {
+        fprintf(stderr, "ft info: -t, --numa and --numa-node go with --hw\n");
+        return 2;
+    }
     const char *path = n_pos ? pos[0] : model_opt;
     if (!path && !(path = ft_cli_default_model("info")))
         return 2;

@@ -28,12 +28,15 @@ static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
 
 int ft_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *tokens_arg = NULL;
-    int top = 32, threads = 0;
+    int top = 32, threads = 0, numa_node = -1;
+    const char *numa = NULL;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: the default model)"},
         {NULL, "--tokens", FT_OPT_STR, &tokens_arg, "IDS", "token ids separated by spaces or commas"},
         {NULL, "--top", FT_OPT_INT, &top, "K", "logits per position, largest first (default 32)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", "threads (default: one per core)"},
+        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
+        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
     };
     const struct ft_cmd_spec spec = {
         "logits", "ft logits -m MODEL.gguf --tokens \"1 2655 7767\" [--top K]",
@@ -53,6 +56,9 @@ int ft_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "ft logits: --top must be at least 1\n");
         return 2;
     }
+    struct ft_model_params mp;
+    if (ft_cli_model_params("logits", threads, numa, numa_node, &mp))
+        return 2;
     if (!model && !(model = ft_cli_default_model("logits")))
         return 2;
 
@@ -61,7 +67,6 @@ int ft_cmd_logits(int argc, char **argv) {
     int32_t *ids = NULL, *idx = NULL;
     float *logits = NULL;
     int status = 1;
-    struct ft_model_params mp = {.n_threads = threads};
     int rc = ft_model_load(model, &mp, &m);
     if (rc) {
         ft_cli_error("logits", rc, model);

@@ -53,7 +53,8 @@ static void emit(const char *s, size_t n) {
 
 int ft_cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx_req = 0, threads = 0, n_batch = 512;
+    int n_predict = 128, n_ctx_req = 0, threads = 0, n_batch = 512, numa_node = -1;
+    const char *numa = NULL;
     bool ignore_eos = false, no_metrics = false;
     uint64_t seed_u = 0;
     bool seed_set = false;
@@ -66,7 +67,9 @@ int ft_cmd_run(int argc, char **argv) {
         {"-f", "--file", FT_OPT_STR, &prompt_file, "FILE", "read the prompt from a file"},
         {"-n", "--n-predict", FT_OPT_INT, &n_predict, "N", "tokens to generate (default 128; -1: until EOS or context end)"},
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx_req, "N", "context size (default: the model's, capped by memory)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", "threads (default: one per core)"},
+        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
+        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {NULL, "--temp", FT_OPT_FLOAT, &sp.temperature, "T", "temperature (default 0.8; 0 = greedy)"},
         {NULL, "--top-k", FT_OPT_INT, &sp.top_k, "K", "top-k sampling (default 40; 0 = off)"},
@@ -120,6 +123,9 @@ int ft_cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: -b must be in 1..4096 (got %d)\n", n_batch);
         return 2;
     }
+    struct ft_model_params mp;
+    if (ft_cli_model_params("run", threads, numa, numa_node, &mp))
+        return 2;
     if (n_ctx_req < 0) {
         fprintf(stderr, "ft run: -c must be positive (got %d)\n", n_ctx_req);
         return 2;
@@ -150,7 +156,6 @@ int ft_cmd_run(int argc, char **argv) {
 
     if (prompt_file && !(prompt = file_text = read_file(prompt_file)))
         goto done;
-    struct ft_model_params mp = {.n_threads = threads};
     if ((rc = ft_model_load(model, &mp, &m))) {
         ft_cli_error("run", rc, model);
         goto done;

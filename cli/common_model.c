@@ -9,6 +9,32 @@
 #include <string.h>
 #include <unistd.h>
 
+int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa_node,
+                        struct ft_model_params *out) {
+    *out = (struct ft_model_params){.n_threads = threads, .numa = FT_NUMA_OFF, .numa_node = -1};
+    if (threads < 0) {
+        fprintf(stderr, "ft %s: -t must be 1 or more (0: one per physical core), got %d\n", cmd, threads);
+        return -1;
+    }
+    if (numa && ft_numa_mode_parse(numa, &out->numa)) {
+        fprintf(stderr, "ft %s: --numa: unknown mode '%s' (off, distribute, isolate, replicate)\n", cmd, numa);
+        return -1;
+    }
+    if (numa_node != -1) {
+        if (out->numa != FT_NUMA_ISOLATE) {
+            fprintf(stderr, "ft %s: --numa-node only applies to --numa isolate\n", cmd);
+            return -1;
+        }
+        if (numa_node < 0 || numa_node >= ft_hw_n_numa_nodes()) {
+            fprintf(stderr, "ft %s: --numa-node %d: this machine has NUMA nodes 0..%d\n", cmd, numa_node,
+                    ft_hw_n_numa_nodes() - 1);
+            return -1;
+        }
+        out->numa_node = numa_node;
+    }
+    return 0;
+}
+
 int ft_cli_parse_tokens(const char *cmd, const char *s, int32_t n_vocab, int32_t **out) {
     size_t cap = 16, n = 0;
     int32_t *ids = malloc(cap * sizeof(int32_t));

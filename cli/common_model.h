@@ -6,6 +6,19 @@
 
 #include <stdint.h>
 
+/* Threads and NUMA placement from the flags every model command takes:
+ * -t N (0: one per physical core), --numa MODE, --numa-node N (-1: unset;
+ * only with --numa isolate). Returns 0, or prints one line and returns -1. */
+int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa_node,
+                        struct ft_model_params *out);
+
+/* Help texts of those flags, so every command describes them alike. */
+#define FT_CLI_HELP_THREADS "threads (default: one per physical core)"
+#define FT_CLI_HELP_NUMA \
+    "off (default), distribute (threads on all nodes, weights interleaved), isolate (one node), " \
+    "replicate (a weight copy per node)"
+#define FT_CLI_HELP_NUMA_NODE "the node for --numa isolate (default: the node ft starts on)"
+
 /* Parse "1 2655 7767" (spaces or commas) into a malloc'd id array, each id
  * checked against n_vocab. Returns count or -1 (message printed). */
 int ft_cli_parse_tokens(const char *cmd, const char *s, int32_t n_vocab, int32_t **out);

@@ -94,7 +94,8 @@ static void matmul_run(void *ctx, int ith, int nth) {
     const int64_t r1 = FT_MIN(rows, groups * (ith + 1) / nth * 8);
     if (r1 <= r0)
         return;
-    ft_matmul_rows_ref(t->dot, t->w->data, t->w->row_size, t->w->cols, r0, r1, t->a, t->a_row,
+    const void *wd = ft_weight_data(t->w, ft_threadpool_current_node()); /* node-local copy (--numa) */
+    ft_matmul_rows_ref(t->dot, wd, t->w->row_size, t->w->cols, r0, r1, t->a, t->a_row,
                        t->n_tok, t->out, t->ld);
     if (t->bias && t->bias->data) {
         const float *b = t->bias->data;

@@ -3,8 +3,10 @@
  * ft_model_load() opens the GGUF file (mmap), picks the architecture from
  * general.architecture, reads the hyper-parameters from `<arch>.*` keys with
  * llama.cpp's defaults, binds every tensor with its shape and type checked,
- * and loads the tokenizer. Weights are never copied: every ft_weight points
- * into the mapping, which lives as long as the model.
+ * and loads the tokenizer. Weights are not copied: every ft_weight points
+ * into the mapping, which lives as long as the model; except under a NUMA
+ * mode (--numa), where they point into copies placed on the right nodes
+ * (engine/numa_weights.c), which also live as long as the model.
  *
  * ft_model_forward() validates a batch, reserves its KV blocks, and runs the
  * architecture's forward pass over internal batches of at most FT_UBATCH
@@ -406,7 +408,14 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     if ((rc = m->arch->bind(m)))
         goto fail;
 
-    if ((rc = ft_threadpool_new(params ? params->n_threads : 0, &m->pool)))
+    const struct ft_threadpool_params tp = {
+        .n_threads = params ? params->n_threads : 0,
+        .numa = params ? params->numa : FT_NUMA_OFF,
+        .numa_node = params ? params->numa_node : -1,
+    };
+    if ((rc = ft_threadpool_new_ex(&tp, &m->pool)))
+        goto fail;
+    if ((rc = ft_numa_weights_place(m)))
         goto fail;
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
@@ -419,9 +428,10 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
         FT_LOG_E("out of memory");
         goto fail;
     }
-    FT_LOG_I("%s: %s, %d layers, n_embd %d, %d heads (%d kv, dim %d), n_ff %d, vocab %d, %d threads",
+    FT_LOG_I("%s: %s, %d layers, n_embd %d, %d heads (%d kv, dim %d), n_ff %d, vocab %d, %d threads, numa %s",
              path, m->hp.arch_name, (int)m->hp.n_layer, (int)m->hp.n_embd, (int)m->hp.n_head,
-             (int)m->hp.n_head_kv, (int)m->hp.head_dim_k, (int)m->hp.n_ff, (int)m->hp.n_vocab, nth);
+             (int)m->hp.n_head_kv, (int)m->hp.head_dim_k, (int)m->hp.n_ff, (int)m->hp.n_vocab, nth,
+             ft_numa_mode_name(tp.numa));
     *out = m;
     return FT_OK;
 
@@ -434,6 +444,7 @@ void ft_model_free(struct ft_model *m) {
     if (!m)
         return;
     ft_threadpool_free(m->pool);
+    ft_numa_weights_free(m->numa_weights);
     scratch_free(&m->s);
     free(m->layers);
     ft_tokenizer_free(m->tok);

@@ -23,6 +23,13 @@
  * stays bounded (each pass writes its KV before the next one reads it). */
 #define FT_UBATCH 512
 
+/* Per-node copies of all weights (--numa replicate, engine/numa_weights.c):
+ * node k's copy starts at base[k] (NULL for a node that runs no worker). */
+struct ft_weight_replicas {
+    int n_nodes;
+    char *const *base;
+};
+
 /* A tensor bound from the GGUF mapping (weights stay in their file type). */
 struct ft_weight {
     const void *data; /* NULL: absent optional tensor */
@@ -30,7 +37,18 @@ struct ft_weight {
     int64_t rows;     /* ne[1] (1 for vectors) */
     int64_t cols;     /* ne[0], the row length */
     size_t row_size;  /* bytes per row */
+    const struct ft_weight_replicas *rep; /* NULL unless replicated */
+    size_t rep_off;   /* offset of this tensor inside every copy */
 };
+
+/* The copy of w's bytes to read on NUMA node `node`: in a task, pass
+ * ft_threadpool_current_node() so each worker reads its local copy. Any
+ * node gives the same bytes; -1 (unknown) gives w->data. */
+static inline const void *ft_weight_data(const struct ft_weight *w, int node) {
+    if (w->rep && (unsigned)node < (unsigned)w->rep->n_nodes && w->rep->base[node])
+        return w->rep->base[node] + w->rep_off;
+    return w->data;
+}
 
 /* Every tensor a layer of a supported architecture may have; each arch file
  * binds the ones it uses. hd_k / hd_v are key_length / value_length. */
@@ -102,6 +120,7 @@ struct ft_model {
     struct ft_gguf *gguf;      /* owns the mapping every ft_weight points into */
     struct ft_tokenizer *tok;
     struct ft_threadpool *pool;
+    struct ft_numa_weights *numa_weights; /* weight copies placed by --numa; NULL for off */
 
     struct ft_weight tok_embd;    /* (n_vocab, n_embd) */
     struct ft_weight output_norm; /* (n_embd) */
@@ -202,6 +221,17 @@ enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in);
 /* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */
 void ft_blk_output(struct ft_fwd *f);
+
+/* ---- weight placement under a NUMA mode (engine/numa_weights.c) ---- */
+
+/* Copy every bound weight into memory placed as the pool's plan says
+ * (distribute: interleaved over the nodes; isolate: bound to the node;
+ * replicate: one copy bound to each node with workers) and repoint the
+ * ft_weights there; nothing for --numa off. Call after binding, and after
+ * any step that replaces weight data, before the first forward. The copies
+ * belong to m->numa_weights. */
+int ft_numa_weights_place(struct ft_model *m);
+void ft_numa_weights_free(struct ft_numa_weights *nw); /* accepts NULL */
 
 /* ---- tensor binding (engine/model.c), used by the arch files ---- */
 

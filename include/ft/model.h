@@ -10,6 +10,7 @@
 
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
+#include "ft/topology.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,8 +58,12 @@ struct ft_hparams {
     bool tied_output;         /* output.weight absent: token_embd is the output head */
 };
 
+/* Threads and NUMA placement (include/ft/topology.h describes the modes).
+ * Zero-initialized params mean: one thread per physical core, NUMA off. */
 struct ft_model_params {
-    int n_threads; /* <= 0: one per online CPU (physical cores once hwloc is in) */
+    int n_threads;          /* <= 0: one per physical core (of the node, for isolate) */
+    enum ft_numa_mode numa; /* FT_NUMA_OFF: weights read in place from the file mapping */
+    int numa_node;          /* isolate: logical node index; -1: the node of the loading thread */
 };
 
 int ft_model_load(const char *path, const struct ft_model_params *params, struct ft_model **out);
