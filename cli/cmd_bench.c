@@ -17,10 +17,12 @@
 #include "args.h"
 #include "bench_report.h"
 #include "cli.h"
+#include "common_model.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/model.h"
 #include "ft/threadpool.h"
+#include "ft/topology.h"
 #include "ft/types.h"
 
 #include <stdio.h>
@@ -36,37 +38,10 @@
 
 /* ---- NUMA ------------------------------------------------------------------------ */
 
-/* --numa MODE: the placement modes of DESIGN.md §5. The one place bench
- * turns the flag into model parameters: this build's struct ft_model_params
- * has no NUMA mode, so "off" is what runs; the other names are recognized
- * and refused with the reason. */
-static int bench_set_numa(const char *mode, struct ft_model_params *mp) {
-    static const char *const modes[] = {"off", "distribute", "isolate", "replicate"};
-    (void)mp;
-    bool known = false;
-    for (size_t i = 0; i < FT_ARRAY_LEN(modes); i++)
-        known = known || !strcmp(mode, modes[i]);
-    if (!known) {
-        fprintf(stderr, "ft bench: --numa must be off, distribute, isolate or replicate (got '%s')\n", mode);
-        return -1;
-    }
-    if (strcmp(mode, "off") != 0) {
-        fprintf(stderr,
-                "ft bench: --numa %s: this build's thread pool does not place threads or memory by NUMA node; "
-                "only --numa off runs\n",
-                mode);
-        return -1;
-    }
-    return 0;
-}
-
-/* --hw: what the kernels and thread pool will use. */
-static void bench_print_hw(FILE *f, int default_threads) {
-    char desc[512];
-    ft_cpu_describe(desc, sizeof(desc));
-    fprintf(f, "cpu:      %s\n", desc);
-    fprintf(f, "cpus:     %ld online\n", sysconf(_SC_NPROCESSORS_ONLN));
-    fprintf(f, "threads:  %d by default (-t)\n", default_threads);
+/* --numa MODE / --numa-node N: the placement modes of DESIGN.md §5, parsed
+ * as every model command parses them (cli/common_model.c). */
+static int bench_set_numa(const char *mode, int numa_node, struct ft_model_params *mp) {
+    return ft_cli_model_params("bench", 0, mode, numa_node, mp);
 }
 
 /* ---- running one test ---------------------------------------------------------- */
@@ -209,20 +184,13 @@ static int parse_list(const char *opt, const char *s, int lo, int hi, int *out) 
     return n;
 }
 
-/* Threads a model gets when -t is absent: whatever the pool picks for 0. */
-static int default_threads(void) {
-    struct ft_threadpool *p = NULL;
-    if (ft_threadpool_new(0, &p) != 0)
-        return 1;
-    int n = ft_threadpool_n_threads(p);
-    ft_threadpool_free(p);
-    return n;
-}
+/* Threads a model gets when -t is absent: one per physical core. */
+static int default_threads(void) { return ft_hw_n_cores(); }
 
 int ft_cmd_bench(int argc, char **argv) {
     struct ft_str_list models = {0};
     const char *p_s = "512", *n_s = "128", *t_s = NULL, *numa = "off", *fmt_s = "md";
-    int reps = 5, n_batch = 2048;
+    int reps = 5, n_batch = 2048, numa_node = -1;
     uint64_t seed = 1;
     bool no_warmup = false, hw = false;
     const struct ft_opt opts[] = {
@@ -233,10 +201,11 @@ int ft_cmd_bench(int argc, char **argv) {
         {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
         {"-o", "--output", FT_OPT_STR, &fmt_s, "FMT", "output format: md (default), csv, json, jsonl"},
-        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", "NUMA placement: off (default), distribute, isolate, replicate"},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
+        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--seed", FT_OPT_U64, &seed, "S", "seed of the random token ids (default 1)"},
         {NULL, "--no-warmup", FT_OPT_FLAG, &no_warmup, NULL, "skip the warm-up run of each test"},
-        {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the CPU features and kernels ft uses, and exit"},
+        {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the detected hardware (as ft info --hw) and exit"},
     };
     const struct ft_cmd_spec spec = {
         "bench", "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-r 5] [-t 1,2] [-o md|csv|json]",
@@ -251,11 +220,9 @@ int ft_cmd_bench(int argc, char **argv) {
     if (r)
         return r > 0 ? 0 : 2;
 
+    if (hw)
+        return ft_hw_report(stdout) == 0 ? 0 : 1;
     const int n_default_threads = default_threads();
-    if (hw) {
-        bench_print_hw(stdout, n_default_threads);
-        return 0;
-    }
     int prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
     int n_prompts = parse_list("-p", p_s, 0, BENCH_MAX_TOKENS, prompts);
     if (n_prompts < 0)
@@ -290,7 +257,7 @@ int ft_cmd_bench(int argc, char **argv) {
         return 2;
     }
     struct ft_model_params mp = {0};
-    if (bench_set_numa(numa, &mp))
+    if (bench_set_numa(numa, numa_node, &mp))
         return 2;
     if (models.n == 0) {
         const char *d = ft_cli_default_model("bench");
