@@ -17,6 +17,7 @@ static const struct {
     {"info", ft_cmd_info, "show a GGUF file's metadata, tensors, sizes and whether ft can run it"},
     {"logits", ft_cmd_logits, "evaluate tokens in one batch and print the top logits as JSON"},
     {"tokenize", ft_cmd_tokenize, "tokenize UTF-8 text from stdin and print the token ids"},
+    {"quantize", ft_cmd_quantize, "write a GGUF model in another quantization format (llama-quantize's types)"},
 };
 
 static void usage(FILE *f) {

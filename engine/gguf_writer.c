@@ -1,7 +1,12 @@
 /* GGUF v3 writer: collects key/values (in insertion order; replacing a key
  * keeps its position) and tensors (data borrowed, not copied), then
  * serializes them either into a malloc'd buffer or atomically into a file
- * ("<path>.tmp-XXXXXX", fsync, rename; removed on any failure).
+ * (include/ft/atomic_file.h: an unnamed file linked into place after fsync,
+ * so a failed or killed write leaves nothing).
+ *
+ * A tensor's bytes are either borrowed (ft_gguf_writer_add_tensor) or made
+ * while the file is written (ft_gguf_writer_add_tensor_fn), one tensor at a
+ * time, so a converter such as ft quantize never holds the whole output.
  *
  * Every value is stored already serialized (the bytes that follow the type
  * tag in the file), so ft_gguf_writer_copy_kv() copies any value verbatim,
@@ -17,17 +22,15 @@
  * 1..65536 bytes without NUL, unique; shapes and types), so whatever it
  * writes, ft_gguf_open() reads back.
  */
+#include "ft/atomic_file.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/types.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define GW_MAX_NAME 65536
 
@@ -45,7 +48,9 @@ struct gw_tensor {
     enum ft_type type;
     int n_dims;
     int64_t ne[FT_GGUF_MAX_DIMS];
-    const void *data; /* borrowed */
+    const void *data; /* borrowed, or NULL when fill makes the bytes */
+    ft_gguf_fill_fn fill;
+    void *fill_ud;
     size_t size;
 };
 
@@ -299,8 +304,8 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key) {
     return 0;
 }
 
-int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
-                              const int64_t *ne, const void *data) {
+static int gw_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                         const int64_t *ne, const void *data, ft_gguf_fill_fn fill, void *fill_ud) {
     if (!w || !name || !ne) {
         FT_LOG_E("invalid argument (writer %p, name %p, ne %p)", (void *)w, (const void *)name, (const void *)ne);
         return FT_EINVAL;
@@ -326,7 +331,7 @@ int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum f
         FT_LOG_E("tensor '%s': n_dims %d, must be 1..%d", sh, n_dims, FT_GGUF_MAX_DIMS);
         return FT_EINVAL;
     }
-    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data};
+    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill, .fill_ud = fill_ud};
     int64_t nel = 1;
     for (int d = 0; d < FT_GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
@@ -348,7 +353,7 @@ int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum f
         FT_LOG_E("tensor '%s': size overflows", sh);
         return FT_EINVAL;
     }
-    if (!data && t.size) {
+    if (!data && !fill && t.size) {
         FT_LOG_E("tensor '%s': NULL data for %zu bytes", sh, t.size);
         return FT_EINVAL;
     }
@@ -371,6 +376,20 @@ int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum f
     t.name_len = name_len;
     w->t[w->n_t++] = t;
     return 0;
+}
+
+int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                              const int64_t *ne, const void *data) {
+    return gw_add_tensor(w, name, type, n_dims, ne, data, NULL, NULL);
+}
+
+int ft_gguf_writer_add_tensor_fn(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                                 const int64_t *ne, ft_gguf_fill_fn fill, void *ud) {
+    if (!fill) {
+        FT_LOG_E("tensor '%s': NULL fill function", name ? name : "(null)");
+        return FT_EINVAL;
+    }
+    return gw_add_tensor(w, name, type, n_dims, ne, NULL, fill, ud);
 }
 
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment) {
@@ -446,24 +465,25 @@ static int gw_layout(const struct ft_gguf_writer *w, const char *func, struct gw
     return 0;
 }
 
-/* Output sink: a memory buffer of known size, or a FILE. */
+/* Output sink: a memory buffer of known size, or an atomic file. */
 struct gw_out {
     uint8_t *buf;
     size_t pos, cap;
-    FILE *f;
-    int failed;
+    struct ft_atomic_file *f;
+    int failed; /* FT_E* of the first failure (logged where it happened) */
 };
 
 static void gw_emit(struct gw_out *o, const void *p, size_t n) {
     if (o->failed || n == 0)
         return;
     if (o->f) {
-        if (fwrite(p, 1, n, o->f) != n)
-            o->failed = 1;
+        int rc = ft_atomic_file_write(o->f, p, n);
+        if (rc)
+            o->failed = rc;
         return;
     }
     if (o->cap - o->pos < n) {
-        o->failed = 1;
+        o->failed = FT_EINVAL;
         return;
     }
     memcpy(o->buf + o->pos, p, n);
@@ -481,6 +501,48 @@ static void gw_zeros(struct gw_out *o, size_t n) {
 
 static void gw_u32(struct gw_out *o, uint32_t v) { gw_emit(o, &v, 4); }
 static void gw_u64(struct gw_out *o, uint64_t v) { gw_emit(o, &v, 8); }
+
+/* A tensor's bytes: borrowed, or made by its fill function -- straight into
+ * the output buffer, or into `scratch` (grown to the largest such tensor). */
+static void gw_emit_tensor(const struct gw_tensor *t, struct gw_out *o, uint8_t **scratch, size_t *scratch_cap) {
+    if (o->failed)
+        return;
+    if (!t->fill) {
+        gw_emit(o, t->data, t->size);
+        return;
+    }
+    if (t->size == 0)
+        return;
+    uint8_t *dst;
+    if (!o->f) {
+        if (o->cap - o->pos < t->size) {
+            o->failed = FT_EINVAL;
+            return;
+        }
+        dst = o->buf + o->pos;
+    } else {
+        if (*scratch_cap < t->size) {
+            free(*scratch);
+            *scratch = malloc(t->size);
+            *scratch_cap = *scratch ? t->size : 0;
+            if (!*scratch) {
+                FT_LOG_E("tensor '%s': out of memory (%zu bytes)", t->name, t->size);
+                o->failed = FT_ENOMEM;
+                return;
+            }
+        }
+        dst = *scratch;
+    }
+    int rc = t->fill(t->fill_ud, dst, t->size);
+    if (rc) { /* the fill function logged why */
+        o->failed = rc < 0 ? rc : FT_EINVAL;
+        return;
+    }
+    if (o->f)
+        gw_emit(o, dst, t->size);
+    else
+        o->pos += t->size;
+}
 
 static void gw_serialize(const struct ft_gguf_writer *w, const struct gw_layout *L, struct gw_out *o) {
     gw_emit(o, "GGUF", 4);
@@ -506,10 +568,13 @@ static void gw_serialize(const struct ft_gguf_writer *w, const struct gw_layout 
         off += t->size + gw_pad(t->size, L->alignment);
     }
     gw_zeros(o, L->data_offset - L->header_size);
+    uint8_t *scratch = NULL;
+    size_t scratch_cap = 0;
     for (size_t i = 0; i < w->n_t; i++) {
-        gw_emit(o, w->t[i].data, w->t[i].size);
+        gw_emit_tensor(&w->t[i], o, &scratch, &scratch_cap);
         gw_zeros(o, gw_pad(w->t[i].size, L->alignment));
     }
+    free(scratch);
 }
 
 int ft_gguf_writer_to_buffer(struct ft_gguf_writer *w, void **out, size_t *size) {
@@ -521,16 +586,17 @@ int ft_gguf_writer_to_buffer(struct ft_gguf_writer *w, void **out, size_t *size)
     int rc = gw_layout(w, __func__, &L);
     if (rc)
         return rc;
-    struct gw_out o = {.buf = malloc(L.total), .cap = L.total};
+    struct gw_out o = {.buf = malloc(L.total ? L.total : 1), .cap = L.total};
     if (!o.buf) {
         FT_LOG_E("out of memory (%zu bytes)", L.total);
         return FT_ENOMEM;
     }
     gw_serialize(w, &L, &o);
-    if (o.failed || o.pos != L.total) { /* cannot happen: the layout is exact */
-        FT_LOG_E("internal error: wrote %zu of %zu bytes", o.pos, L.total);
+    if (o.failed || o.pos != L.total) {
+        if (!o.failed) /* cannot happen: the layout is exact */
+            FT_LOG_E("internal error: wrote %zu of %zu bytes", o.pos, L.total);
         free(o.buf);
-        return FT_EINVAL;
+        return o.failed ? o.failed : FT_EINVAL;
     }
     *out = o.buf;
     *size = L.total;
@@ -546,57 +612,22 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
     int rc = gw_layout(w, __func__, &L);
     if (rc)
         return rc;
-
-    char eb[128];
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + sizeof(".tmp-XXXXXX"));
-    if (!tmp) {
-        FT_LOG_E("out of memory");
-        return FT_ENOMEM;
+    struct ft_atomic_file f;
+    if ((rc = ft_atomic_file_open(&f, path))) {
+        ft_atomic_file_abort(&f);
+        return rc == FT_ENOMEM ? rc : FT_EIO;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        FT_LOG_E("%s: cannot create a temporary file next to it: %s", path, strerror_r(errno, eb, sizeof(eb)));
-        free(tmp);
-        return FT_EIO;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        FT_LOG_E("%s: fdopen: %s", tmp, strerror_r(errno, eb, sizeof(eb)));
-        close(fd);
-        goto fail_unlink;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; a model file is not a secret */
-    struct gw_out o = {.f = f};
+    struct gw_out o = {.f = &f};
     gw_serialize(w, &L, &o);
-    int err = o.failed ? errno : 0;
-    if (!o.failed && fflush(f) != 0) {
-        o.failed = 1;
-        err = errno;
-    }
-    if (!o.failed && fsync(fd) != 0) {
-        o.failed = 1;
-        err = errno;
-    }
-    if (fclose(f) != 0 && !o.failed) {
-        o.failed = 1;
-        err = errno;
-    }
     if (o.failed) {
-        FT_LOG_E("%s: write failed: %s", tmp, strerror_r(err ? err : EIO, eb, sizeof(eb)));
-        goto fail_unlink;
+        ft_atomic_file_abort(&f);
+        return o.failed;
     }
-    if (rename(tmp, path) != 0) {
-        FT_LOG_E("%s: cannot rename %s into place: %s", path, tmp, strerror_r(errno, eb, sizeof(eb)));
-        goto fail_unlink;
+    if (f.written != L.total) { /* cannot happen: the layout is exact */
+        FT_LOG_E("internal error: wrote %llu of %zu bytes", (unsigned long long)f.written, L.total);
+        ft_atomic_file_abort(&f);
+        return FT_EINVAL;
     }
-    free(tmp);
-    return 0;
-
-fail_unlink:
-    unlink(tmp);
-    free(tmp);
-    return FT_EIO;
+    rc = ft_atomic_file_commit(&f);
+    return rc ? FT_EIO : 0;
 }

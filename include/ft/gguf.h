@@ -110,7 +110,7 @@ size_t ft_gguf_vtype_size(enum ft_gguf_vtype t); /* 0 for STRING/ARRAY */
 
 /* ---- writer ----
  * Collects metadata and tensors, then writes a GGUF v3 file atomically
- * (to "<path>.tmp-XXXXXX", then rename), so a failed write leaves nothing. */
+ * (include/ft/atomic_file.h), so a failed or killed write leaves nothing. */
 struct ft_gguf_writer;
 
 struct ft_gguf_writer *ft_gguf_writer_new(void);
@@ -136,6 +136,14 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key);
  * NOT copied and must stay valid until ft_gguf_writer_write returns. */
 int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type,
                               int n_dims, const int64_t *ne, const void *data);
+/* Add a tensor whose bytes are made while the file is written: fill(ud,
+ * dst, size) is called once per write, in tensor order, and must fill all
+ * `size` bytes (= ft_row_size(type, ne[0]) * rows) or return a negative
+ * FT_E* after logging why (the write then fails and leaves nothing). Only
+ * one tensor's bytes are held at a time. */
+typedef int (*ft_gguf_fill_fn)(void *ud, void *dst, size_t size);
+int ft_gguf_writer_add_tensor_fn(struct ft_gguf_writer *w, const char *name, enum ft_type type,
+                                 int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud);
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment);
 
 int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path);
