@@ -18,6 +18,8 @@ static const struct {
     {"logits", ft_cmd_logits, "evaluate tokens in one batch and print the top logits as JSON"},
     {"tokenize", ft_cmd_tokenize, "tokenize UTF-8 text from stdin and print the token ids"},
     {"quantize", ft_cmd_quantize, "write a GGUF model in another quantization format (llama-quantize's types)"},
+    {"perplexity", ft_cmd_perplexity, "perplexity of a text, and KL divergence against a base model"},
+    {"compare", ft_cmd_compare, "quantize a model to several formats and compare size, speed and quality"},
 };
 
 static void usage(FILE *f) {
