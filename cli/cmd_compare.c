@@ -435,12 +435,14 @@ int ft_cmd_compare(int argc, char **argv) {
     if (!base_path)
         return 2;
     char corpus[4096], text_real[PATH_MAX];
-    if (!text && !(text = find_corpus(corpus, sizeof(corpus)))) {
-        fprintf(stderr, "ft compare: no text given and data/" CORPUS " not found: pass -f TEXT\n");
-        return 2;
+    if (!text) {
+        if (!(text = find_corpus(corpus, sizeof(corpus)))) {
+            fprintf(stderr, "ft compare: no text given and data/" CORPUS " not found: pass -f TEXT\n");
+            return 2;
+        }
+        if (realpath(text, text_real)) /* build/dev/../../data/... reads badly in a report */
+            text = text_real;
     }
-    if (realpath(text, text_real))
-        text = text_real;
     /* The formats. */
     char type_buf[512];
     snprintf(type_buf, sizeof(type_buf), "%s", types ? types : (models.n > 1 ? "" : DEFAULT_TYPES));
@@ -504,12 +506,12 @@ int ft_cmd_compare(int argc, char **argv) {
         goto done;
     stem_of(base_path, stem, sizeof(stem));
     if (!model_name[0])
-        snprintf(model_name, sizeof(model_name), "%s", stem);
+        snprintf(model_name, sizeof(model_name), "%.100s", stem);
     rep.model_name = model_name;
     rep.base_ftype = b->ftype;
     const struct ft_ftype_desc *bfd = ft_ftype_by_name(b->ftype);
     rep.base_quantized = bfd && ft_type_info(bfd->default_type)->is_quantized;
-    snprintf(b->label, sizeof(b->label), "base (%s)", b->ftype[0] ? b->ftype : stem);
+    snprintf(b->label, sizeof(b->label), "base (%.50s)", b->ftype[0] ? b->ftype : stem);
     rep.n_rows = 1;
 
     /* The formats: quantize, or reuse the cached file. */
