@@ -25,7 +25,9 @@ static double num(const cJSON *o, const char *key, double dflt) {
 }
 
 int ft_compare_parse_bench_json(const char *json, double *pp_ts, double *pp_sd, double *tg_ts, double *tg_sd) {
-    cJSON *root = cJSON_Parse(json);
+    /* Skip anything printed before the JSON (a banner line, say). */
+    const char *start = json + strcspn(json, "[{");
+    cJSON *root = *start ? cJSON_Parse(start) : NULL;
     if (!root)
         return -1;
     /* llama-bench -o json prints an array; accept {"results": [...]} too. */

@@ -387,6 +387,9 @@ static void test_bench_json(void) {
     CHECK(pp == 90 && pps == 0 && tg == 9 && tgs == 1);
     CHECK(ft_compare_parse_bench_json("[{\"n_prompt\": 512, \"n_gen\": 0, \"avg_ts\": 1}]", &pp, &pps, &tg, &tgs) != 0);
     CHECK(ft_compare_parse_bench_json("not json", &pp, &pps, &tg, &tgs) != 0);
+    char banner[1024];
+    snprintf(banner, sizeof(banner), "ft bench: 1 model\n%s\n", llama_bench);
+    CHECK(ft_compare_parse_bench_json(banner, &pp, &pps, &tg, &tgs) == 0 && tg == 41.75);
     CHECK(ft_compare_parse_bench_json("{\"results\": 3}", &pp, &pps, &tg, &tgs) != 0);
     CHECK(ft_compare_parse_bench_json("[1, \"x\", {\"test\": \"tg1\", \"avg_ts\": -5}]", &pp, &pps, &tg, &tgs) != 0);
 }
