@@ -27,14 +27,14 @@ static const struct ft_ftype_desc g_ftypes[] = {
     {"Q5_1", FT_FTYPE_Q5_1, FT_TYPE_Q5_1, "6.00 bpw"},
     {"Q5_0", FT_FTYPE_Q5_0, FT_TYPE_Q5_0, "5.50 bpw"},
     {"Q5_K_M", FT_FTYPE_Q5_K_M, FT_TYPE_Q5_K, "Q5_K, attn_v/ffn_down Q6_K in some layers"},
-    {"Q5_K_S", FT_FTYPE_Q5_K_S, FT_TYPE_Q5_K, "Q5_K (5.50 bpw) throughout"},
+    {"Q5_K_S", FT_FTYPE_Q5_K_S, FT_TYPE_Q5_K, "Q5_K throughout (output Q6_K)"},
     {"Q4_1", FT_FTYPE_Q4_1, FT_TYPE_Q4_1, "5.00 bpw"},
     {"Q4_0", FT_FTYPE_Q4_0, FT_TYPE_Q4_0, "4.50 bpw"},
     {"Q4_K_M", FT_FTYPE_Q4_K_M, FT_TYPE_Q4_K, "Q4_K, attn_v/ffn_down Q6_K in some layers"},
     {"Q4_K_S", FT_FTYPE_Q4_K_S, FT_TYPE_Q4_K, "Q4_K, early attn_v/ffn_down Q5_K"},
     {"Q3_K_L", FT_FTYPE_Q3_K_L, FT_TYPE_Q3_K, "Q3_K, attn_v/attn_output/ffn_down Q5_K"},
     {"Q3_K_M", FT_FTYPE_Q3_K_M, FT_TYPE_Q3_K, "Q3_K, attn_v/attn_output/ffn_down Q4_K-Q5_K"},
-    {"Q3_K_S", FT_FTYPE_Q3_K_S, FT_TYPE_Q3_K, "Q3_K (3.44 bpw) throughout"},
+    {"Q3_K_S", FT_FTYPE_Q3_K_S, FT_TYPE_Q3_K, "Q3_K throughout (output Q6_K)"},
     {"Q2_K", FT_FTYPE_Q2_K, FT_TYPE_Q2_K, "Q2_K, attn_v/attn_output/ffn_down Q3_K-Q4_K"},
 };
 
