@@ -19,6 +19,9 @@ static const struct {
     {"tokenize", ft_cmd_tokenize, "tokenize UTF-8 text from stdin and print the token ids"},
     {"bench", ft_cmd_bench, "measure prefill (ppN) and decode (tgN) tokens/s, llama-bench style"},
     {"gen-model", ft_cmd_gen_model, "write a GGUF model of a given shape with seeded random weights"},
+    {"quantize", ft_cmd_quantize, "write a GGUF model in another quantization format (llama-quantize's types)"},
+    {"perplexity", ft_cmd_perplexity, "perplexity of a text, and KL divergence against a base model"},
+    {"compare", ft_cmd_compare, "quantize a model to several formats and compare size, speed and quality"},
 };
 
 static void usage(FILE *f) {

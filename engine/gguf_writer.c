@@ -1,7 +1,12 @@
 /* GGUF v3 writer: collects key/values (in insertion order; replacing a key
  * keeps its position) and tensors (data borrowed, not copied), then
  * serializes them either into a malloc'd buffer or atomically into a file
- * ("<path>.tmp-XXXXXX", fsync, rename; removed on any failure).
+ * (include/ft/atomic_file.h: an unnamed file linked into place after fsync,
+ * so a failed or killed write leaves nothing).
+ *
+ * A tensor's bytes are either borrowed (ft_gguf_writer_add_tensor) or made
+ * while the file is written (ft_gguf_writer_add_tensor_fn), one tensor at a
+ * time, so a converter such as ft quantize never holds the whole output.
  *
  * Every value is stored already serialized (the bytes that follow the type
  * tag in the file), so ft_gguf_writer_copy_kv() copies any value verbatim,
@@ -16,23 +21,16 @@
  * The writer validates what it is given with the reader's rules (names
  * 1..65536 bytes without NUL, unique; shapes and types), so whatever it
  * writes, ft_gguf_open() reads back.
- *
- * A tensor's bytes come either from a borrowed buffer or from a fill
- * callback that produces them chunk by chunk while the file is written
- * (ft_gguf_writer_add_tensor_fill), so generated or converted models
- * stream to disk instead of being built in memory first.
  */
+#include "ft/atomic_file.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/types.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define GW_MAX_NAME 65536
 
@@ -50,8 +48,9 @@ struct gw_tensor {
     enum ft_type type;
     int n_dims;
     int64_t ne[FT_GGUF_MAX_DIMS];
-    const void *data; /* borrowed; NULL when fill is set */
-    ft_gguf_fill_fn fill;
+    const void *data; /* borrowed, or NULL when fill makes the bytes */
+    ft_gguf_fill_fn fill;           /* the whole tensor at once, or */
+    ft_gguf_fill_rows_fn fill_rows; /* chunks of rows */
     void *fill_ud;
     size_t size;
 };
@@ -306,66 +305,65 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key) {
     return 0;
 }
 
-/* Validate and append a tensor whose bytes come from `data` or `fill`. */
-static int gw_add_tensor(struct ft_gguf_writer *w, const char *func, const char *name, enum ft_type type,
-                         int n_dims, const int64_t *ne, const void *data, ft_gguf_fill_fn fill, void *fill_ud) {
+static int gw_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                         const int64_t *ne, const void *data, ft_gguf_fill_fn fill,
+                         ft_gguf_fill_rows_fn fill_rows, void *fill_ud) {
     if (!w || !name || !ne) {
-        ft_log(FT_LOG_ERROR, func, "invalid argument (writer %p, name %p, ne %p)", (void *)w, (const void *)name,
-               (const void *)ne);
+        FT_LOG_E("invalid argument (writer %p, name %p, ne %p)", (void *)w, (const void *)name, (const void *)ne);
         return FT_EINVAL;
     }
     size_t name_len = strlen(name);
     char sh[128];
-    int rc = gw_check_name(func, "tensor name", name, name_len);
+    int rc = gw_check_name(__func__, "tensor name", name, name_len);
     if (rc)
         return rc;
     gw_show(sh, sizeof(sh), name, name_len);
     for (size_t i = 0; i < w->n_t; i++) {
         if (w->t[i].name_len == name_len && memcmp(w->t[i].name, name, name_len) == 0) {
-            ft_log(FT_LOG_ERROR, func, "tensor '%s' added twice", sh);
+            FT_LOG_E("tensor '%s' added twice", sh);
             return FT_EINVAL;
         }
     }
     const struct ft_type_info *ti = ft_type_info(type);
     if (!ti || ti->type_size == 0 || ti->blck_size <= 0) {
-        ft_log(FT_LOG_ERROR, func, "tensor '%s': unknown type id %d", sh, (int)type);
+        FT_LOG_E("tensor '%s': unknown type id %d", sh, (int)type);
         return FT_EINVAL;
     }
     if (n_dims < 1 || n_dims > FT_GGUF_MAX_DIMS) {
-        ft_log(FT_LOG_ERROR, func, "tensor '%s': n_dims %d, must be 1..%d", sh, n_dims, FT_GGUF_MAX_DIMS);
+        FT_LOG_E("tensor '%s': n_dims %d, must be 1..%d", sh, n_dims, FT_GGUF_MAX_DIMS);
         return FT_EINVAL;
     }
-    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill, .fill_ud = fill_ud};
+    struct gw_tensor t = {.type = type, .n_dims = n_dims, .data = data, .fill = fill, .fill_rows = fill_rows, .fill_ud = fill_ud};
     int64_t nel = 1;
     for (int d = 0; d < FT_GGUF_MAX_DIMS; d++) {
         t.ne[d] = d < n_dims ? ne[d] : 1;
         if (t.ne[d] < 0) {
-            ft_log(FT_LOG_ERROR, func, "tensor '%s': dimension %d is negative (%" PRId64 ")", sh, d, t.ne[d]);
+            FT_LOG_E("tensor '%s': dimension %d is negative (%" PRId64 ")", sh, d, t.ne[d]);
             return FT_EINVAL;
         }
         if (__builtin_mul_overflow(nel, t.ne[d], &nel)) {
-            ft_log(FT_LOG_ERROR, func, "tensor '%s': element count overflows", sh);
+            FT_LOG_E("tensor '%s': element count overflows", sh);
             return FT_EINVAL;
         }
     }
     if (t.ne[0] % ti->blck_size != 0) {
-        ft_log(FT_LOG_ERROR, func, "tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %" PRId64,
-               sh, t.ne[0], ti->name, ti->blck_size);
+        FT_LOG_E("tensor '%s': row length %" PRId64 " is not a multiple of the %s block size %" PRId64, sh, t.ne[0],
+                 ti->name, ti->blck_size);
         return FT_EINVAL;
     }
     if (ft_mul_overflow((size_t)(nel / ti->blck_size), ti->type_size, &t.size)) {
-        ft_log(FT_LOG_ERROR, func, "tensor '%s': size overflows", sh);
+        FT_LOG_E("tensor '%s': size overflows", sh);
         return FT_EINVAL;
     }
-    if (!data && !fill && t.size) {
-        ft_log(FT_LOG_ERROR, func, "tensor '%s': NULL data for %zu bytes", sh, t.size);
+    if (!data && !fill && !fill_rows && t.size) {
+        FT_LOG_E("tensor '%s': NULL data for %zu bytes", sh, t.size);
         return FT_EINVAL;
     }
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 16;
         struct gw_tensor *nt = realloc(w->t, cap * sizeof(*nt));
         if (!nt) {
-            ft_log(FT_LOG_ERROR, func, "out of memory");
+            FT_LOG_E("out of memory");
             return FT_ENOMEM;
         }
         w->t = nt;
@@ -373,7 +371,7 @@ static int gw_add_tensor(struct ft_gguf_writer *w, const char *func, const char 
     }
     t.name = malloc(name_len + 1);
     if (!t.name) {
-        ft_log(FT_LOG_ERROR, func, "out of memory");
+        FT_LOG_E("out of memory");
         return FT_ENOMEM;
     }
     memcpy(t.name, name, name_len + 1);
@@ -384,16 +382,25 @@ static int gw_add_tensor(struct ft_gguf_writer *w, const char *func, const char 
 
 int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
                               const int64_t *ne, const void *data) {
-    return gw_add_tensor(w, __func__, name, type, n_dims, ne, data, NULL, NULL);
+    return gw_add_tensor(w, name, type, n_dims, ne, data, NULL, NULL, NULL);
 }
 
-int ft_gguf_writer_add_tensor_fill(struct ft_gguf_writer *w, const char *name, enum ft_type type,
-                                   int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud) {
+int ft_gguf_writer_add_tensor_fn(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                                 const int64_t *ne, ft_gguf_fill_fn fill, void *ud) {
     if (!fill) {
         FT_LOG_E("tensor '%s': NULL fill function", name ? name : "(null)");
         return FT_EINVAL;
     }
-    return gw_add_tensor(w, __func__, name, type, n_dims, ne, NULL, fill, ud);
+    return gw_add_tensor(w, name, type, n_dims, ne, NULL, fill, NULL, ud);
+}
+
+int ft_gguf_writer_add_tensor_fill(struct ft_gguf_writer *w, const char *name, enum ft_type type, int n_dims,
+                                   const int64_t *ne, ft_gguf_fill_rows_fn fill_rows, void *ud) {
+    if (!fill_rows) {
+        FT_LOG_E("tensor '%s': NULL fill function", name ? name : "(null)");
+        return FT_EINVAL;
+    }
+    return gw_add_tensor(w, name, type, n_dims, ne, NULL, NULL, fill_rows, ud);
 }
 
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment) {
@@ -469,27 +476,25 @@ static int gw_layout(const struct ft_gguf_writer *w, const char *func, struct gw
     return 0;
 }
 
-/* Output sink: a memory buffer of known size, or a FILE. `scratch` holds
- * one fill chunk on its way to the FILE. */
+/* Output sink: a memory buffer of known size, or an atomic file. */
 struct gw_out {
     uint8_t *buf;
     size_t pos, cap;
-    FILE *f;
-    uint8_t *scratch;
-    int failed;
-    int fill_err; /* the FT_E* code a fill callback returned */
+    struct ft_atomic_file *f;
+    int failed; /* FT_E* of the first failure (logged where it happened) */
 };
 
 static void gw_emit(struct gw_out *o, const void *p, size_t n) {
     if (o->failed || n == 0)
         return;
     if (o->f) {
-        if (fwrite(p, 1, n, o->f) != n)
-            o->failed = 1;
+        int rc = ft_atomic_file_write(o->f, p, n);
+        if (rc)
+            o->failed = rc;
         return;
     }
     if (o->cap - o->pos < n) {
-        o->failed = 1;
+        o->failed = FT_EINVAL;
         return;
     }
     memcpy(o->buf + o->pos, p, n);
@@ -505,39 +510,47 @@ static void gw_zeros(struct gw_out *o, size_t n) {
     }
 }
 
-/* Rows of a fill chunk: as many as fit in FT_GGUF_FILL_CHUNK, at least 1. */
-static int64_t gw_chunk_rows(size_t row_size) {
-    size_t r = FT_GGUF_FILL_CHUNK / row_size;
-    return r ? (int64_t)r : 1;
-}
+static void gw_u32(struct gw_out *o, uint32_t v) { gw_emit(o, &v, 4); }
+static void gw_u64(struct gw_out *o, uint64_t v) { gw_emit(o, &v, 8); }
 
-static size_t gw_row_bytes(const struct gw_tensor *t) { return ft_row_size(t->type, t->ne[0]); }
-
-/* Produce a fill tensor's bytes chunk by chunk: straight into the memory
- * buffer, or through the scratch chunk into the FILE. */
-static void gw_emit_fill(struct gw_out *o, const struct gw_tensor *t) {
-    const size_t row_size = gw_row_bytes(t);
-    if (o->failed || t->size == 0 || row_size == 0)
+/* A tensor's bytes: borrowed, or made by its fill function -- straight into
+ * the output buffer, or into `scratch` (grown to the largest such tensor). */
+/* A tensor made chunk by chunk by fill_rows: each chunk goes straight into
+ * the buffer, or through scratch (at most FT_GGUF_FILL_CHUNK bytes, or one
+ * row if a row is larger) to the file. */
+static void gw_emit_tensor_rows(const struct gw_tensor *t, struct gw_out *o, uint8_t **scratch,
+                                size_t *scratch_cap) {
+    const size_t row_size = ft_row_size(t->type, t->ne[0]);
+    if (t->size == 0 || row_size == 0)
         return;
     const int64_t rows = (int64_t)(t->size / row_size);
-    const int64_t step = gw_chunk_rows(row_size);
-    for (int64_t r0 = 0; r0 < rows && !o->failed; r0 += step) {
-        const int64_t n = FT_MIN(step, rows - r0);
+    const int64_t per_chunk = FT_MAX((int64_t)1, (int64_t)(FT_GGUF_FILL_CHUNK / row_size));
+    for (int64_t r0 = 0; r0 < rows && !o->failed; r0 += per_chunk) {
+        const int64_t n = FT_MIN(per_chunk, rows - r0);
         const size_t bytes = (size_t)n * row_size;
         uint8_t *dst;
-        if (o->f) {
-            dst = o->scratch;
-        } else {
+        if (!o->f) {
             if (o->cap - o->pos < bytes) {
-                o->failed = 1;
+                o->failed = FT_EINVAL;
                 return;
             }
             dst = o->buf + o->pos;
+        } else {
+            if (*scratch_cap < bytes) {
+                free(*scratch);
+                *scratch = malloc(bytes);
+                *scratch_cap = *scratch ? bytes : 0;
+                if (!*scratch) {
+                    FT_LOG_E("tensor '%s': out of memory (%zu bytes)", t->name, bytes);
+                    o->failed = FT_ENOMEM;
+                    return;
+                }
+            }
+            dst = *scratch;
         }
-        int rc = t->fill(t->fill_ud, r0, n, dst);
-        if (rc) {
-            o->failed = 1;
-            o->fill_err = rc;
+        const int rc = t->fill_rows(t->fill_ud, r0, n, dst);
+        if (rc) { /* the fill function logged why */
+            o->failed = rc < 0 ? rc : FT_EINVAL;
             return;
         }
         if (o->f)
@@ -547,23 +560,49 @@ static void gw_emit_fill(struct gw_out *o, const struct gw_tensor *t) {
     }
 }
 
-/* Scratch for the largest fill chunk any tensor asks for (0 if none). */
-static size_t gw_scratch_size(const struct ft_gguf_writer *w) {
-    size_t m = 0;
-    for (size_t i = 0; i < w->n_t; i++) {
-        const struct gw_tensor *t = &w->t[i];
-        const size_t row_size = gw_row_bytes(t);
-        if (t->fill && t->size && row_size) {
-            const int64_t rows = (int64_t)(t->size / row_size);
-            const size_t n = (size_t)FT_MIN(gw_chunk_rows(row_size), rows) * row_size;
-            m = FT_MAX(m, n);
-        }
+static void gw_emit_tensor(const struct gw_tensor *t, struct gw_out *o, uint8_t **scratch, size_t *scratch_cap) {
+    if (o->failed)
+        return;
+    if (t->fill_rows) {
+        gw_emit_tensor_rows(t, o, scratch, scratch_cap);
+        return;
     }
-    return m;
+    if (!t->fill) {
+        gw_emit(o, t->data, t->size);
+        return;
+    }
+    if (t->size == 0)
+        return;
+    uint8_t *dst;
+    if (!o->f) {
+        if (o->cap - o->pos < t->size) {
+            o->failed = FT_EINVAL;
+            return;
+        }
+        dst = o->buf + o->pos;
+    } else {
+        if (*scratch_cap < t->size) {
+            free(*scratch);
+            *scratch = malloc(t->size);
+            *scratch_cap = *scratch ? t->size : 0;
+            if (!*scratch) {
+                FT_LOG_E("tensor '%s': out of memory (%zu bytes)", t->name, t->size);
+                o->failed = FT_ENOMEM;
+                return;
+            }
+        }
+        dst = *scratch;
+    }
+    int rc = t->fill(t->fill_ud, dst, t->size);
+    if (rc) { /* the fill function logged why */
+        o->failed = rc < 0 ? rc : FT_EINVAL;
+        return;
+    }
+    if (o->f)
+        gw_emit(o, dst, t->size);
+    else
+        o->pos += t->size;
 }
-
-static void gw_u32(struct gw_out *o, uint32_t v) { gw_emit(o, &v, 4); }
-static void gw_u64(struct gw_out *o, uint64_t v) { gw_emit(o, &v, 8); }
 
 static void gw_serialize(const struct ft_gguf_writer *w, const struct gw_layout *L, struct gw_out *o) {
     gw_emit(o, "GGUF", 4);
@@ -589,13 +628,13 @@ static void gw_serialize(const struct ft_gguf_writer *w, const struct gw_layout 
         off += t->size + gw_pad(t->size, L->alignment);
     }
     gw_zeros(o, L->data_offset - L->header_size);
+    uint8_t *scratch = NULL;
+    size_t scratch_cap = 0;
     for (size_t i = 0; i < w->n_t; i++) {
-        if (w->t[i].fill)
-            gw_emit_fill(o, &w->t[i]);
-        else
-            gw_emit(o, w->t[i].data, w->t[i].size);
+        gw_emit_tensor(&w->t[i], o, &scratch, &scratch_cap);
         gw_zeros(o, gw_pad(w->t[i].size, L->alignment));
     }
+    free(scratch);
 }
 
 int ft_gguf_writer_to_buffer(struct ft_gguf_writer *w, void **out, size_t *size) {
@@ -607,20 +646,17 @@ int ft_gguf_writer_to_buffer(struct ft_gguf_writer *w, void **out, size_t *size)
     int rc = gw_layout(w, __func__, &L);
     if (rc)
         return rc;
-    struct gw_out o = {.buf = malloc(L.total), .cap = L.total};
+    struct gw_out o = {.buf = malloc(L.total ? L.total : 1), .cap = L.total};
     if (!o.buf) {
         FT_LOG_E("out of memory (%zu bytes)", L.total);
         return FT_ENOMEM;
     }
     gw_serialize(w, &L, &o);
-    if (o.fill_err) {
+    if (o.failed || o.pos != L.total) {
+        if (!o.failed) /* cannot happen: the layout is exact */
+            FT_LOG_E("internal error: wrote %zu of %zu bytes", o.pos, L.total);
         free(o.buf);
-        return o.fill_err;
-    }
-    if (o.failed || o.pos != L.total) { /* cannot happen: the layout is exact */
-        FT_LOG_E("internal error: wrote %zu of %zu bytes", o.pos, L.total);
-        free(o.buf);
-        return FT_EINVAL;
+        return o.failed ? o.failed : FT_EINVAL;
     }
     *out = o.buf;
     *size = L.total;
@@ -636,70 +672,22 @@ int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path) {
     int rc = gw_layout(w, __func__, &L);
     if (rc)
         return rc;
-
-    char eb[128];
-    size_t plen = strlen(path);
-    const size_t scratch_size = gw_scratch_size(w);
-    uint8_t *scratch = scratch_size ? malloc(scratch_size) : NULL;
-    char *tmp = malloc(plen + sizeof(".tmp-XXXXXX"));
-    if (!tmp || (scratch_size && !scratch)) {
-        FT_LOG_E("out of memory");
-        free(tmp);
-        free(scratch);
-        return FT_ENOMEM;
+    struct ft_atomic_file f;
+    if ((rc = ft_atomic_file_open(&f, path))) {
+        ft_atomic_file_abort(&f);
+        return rc == FT_ENOMEM ? rc : FT_EIO;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        FT_LOG_E("%s: cannot create a temporary file next to it: %s", path, strerror_r(errno, eb, sizeof(eb)));
-        free(tmp);
-        free(scratch);
-        return FT_EIO;
-    }
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        FT_LOG_E("%s: fdopen: %s", tmp, strerror_r(errno, eb, sizeof(eb)));
-        close(fd);
-        goto fail_unlink;
-    }
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; a model file is not a secret */
-    struct gw_out o = {.f = f, .scratch = scratch};
+    struct gw_out o = {.f = &f};
     gw_serialize(w, &L, &o);
-    int err = o.failed ? errno : 0;
-    if (!o.failed && fflush(f) != 0) {
-        o.failed = 1;
-        err = errno;
-    }
-    if (!o.failed && fsync(fd) != 0) {
-        o.failed = 1;
-        err = errno;
-    }
-    if (fclose(f) != 0 && !o.failed) {
-        o.failed = 1;
-        err = errno;
-    }
-    if (o.fill_err) { /* the fill callback logged why */
-        unlink(tmp);
-        free(tmp);
-        free(scratch);
-        return o.fill_err;
-    }
     if (o.failed) {
-        FT_LOG_E("%s: write failed: %s", tmp, strerror_r(err ? err : EIO, eb, sizeof(eb)));
-        goto fail_unlink;
+        ft_atomic_file_abort(&f);
+        return o.failed;
     }
-    if (rename(tmp, path) != 0) {
-        FT_LOG_E("%s: cannot rename %s into place: %s", path, tmp, strerror_r(errno, eb, sizeof(eb)));
-        goto fail_unlink;
+    if (f.written != L.total) { /* cannot happen: the layout is exact */
+        FT_LOG_E("internal error: wrote %llu of %zu bytes", (unsigned long long)f.written, L.total);
+        ft_atomic_file_abort(&f);
+        return FT_EINVAL;
     }
-    free(tmp);
-    free(scratch);
-    return 0;
-
-fail_unlink:
-    unlink(tmp);
-    free(tmp);
-    free(scratch);
-    return FT_EIO;
+    rc = ft_atomic_file_commit(&f);
+    return rc ? FT_EIO : 0;
 }

@@ -110,7 +110,7 @@ size_t ft_gguf_vtype_size(enum ft_gguf_vtype t); /* 0 for STRING/ARRAY */
 
 /* ---- writer ----
  * Collects metadata and tensors, then writes a GGUF v3 file atomically
- * (to "<path>.tmp-XXXXXX", then rename), so a failed write leaves nothing. */
+ * (include/ft/atomic_file.h), so a failed or killed write leaves nothing. */
 struct ft_gguf_writer;
 
 struct ft_gguf_writer *ft_gguf_writer_new(void);
@@ -136,16 +136,24 @@ int ft_gguf_writer_remove_key(struct ft_gguf_writer *w, const char *key);
  * NOT copied and must stay valid until ft_gguf_writer_write returns. */
 int ft_gguf_writer_add_tensor(struct ft_gguf_writer *w, const char *name, enum ft_type type,
                               int n_dims, const int64_t *ne, const void *data);
-/* Add a tensor whose bytes are produced while the file is written, so a
- * tensor never has to sit in memory whole (model generators, quantizers).
- * The writer calls fill(ud, row0, n_rows, dst) in row order, in chunks of at
- * most FT_GGUF_FILL_CHUNK bytes (at least one row; a row is ne[0] elements,
- * ft_row_size(type, ne[0]) bytes); fill writes those rows to dst and returns
- * 0, or an FT_E* code (after logging why) to abort the write. */
+/* Add a tensor whose bytes are made while the file is written: fill(ud,
+ * dst, size) is called once per write, in tensor order, and must fill all
+ * `size` bytes (= ft_row_size(type, ne[0]) * rows) or return a negative
+ * FT_E* after logging why (the write then fails and leaves nothing). Only
+ * one tensor's bytes are held at a time. */
+typedef int (*ft_gguf_fill_fn)(void *ud, void *dst, size_t size);
+int ft_gguf_writer_add_tensor_fn(struct ft_gguf_writer *w, const char *name, enum ft_type type,
+                                 int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud);
+/* The same, row by row, so a tensor never sits in memory whole (model
+ * generators): the writer calls fill_rows(ud, row0, n_rows, dst) in row
+ * order, in chunks of at most FT_GGUF_FILL_CHUNK bytes (at least one row;
+ * a row is ne[0] elements, ft_row_size(type, ne[0]) bytes); it writes those
+ * rows to dst and returns 0, or an FT_E* code (after logging why) to abort
+ * the write. */
 #define FT_GGUF_FILL_CHUNK ((size_t)4 << 20)
-typedef int (*ft_gguf_fill_fn)(void *ud, int64_t row0, int64_t n_rows, void *dst);
+typedef int (*ft_gguf_fill_rows_fn)(void *ud, int64_t row0, int64_t n_rows, void *dst);
 int ft_gguf_writer_add_tensor_fill(struct ft_gguf_writer *w, const char *name, enum ft_type type,
-                                   int n_dims, const int64_t *ne, ft_gguf_fill_fn fill, void *ud);
+                                   int n_dims, const int64_t *ne, ft_gguf_fill_rows_fn fill_rows, void *ud);
 void ft_gguf_writer_set_alignment(struct ft_gguf_writer *w, size_t alignment);
 
 int ft_gguf_writer_write(struct ft_gguf_writer *w, const char *path);
