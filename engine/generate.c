@@ -182,8 +182,9 @@ int ft_generate(struct ft_model *m, struct ft_kv_cache *kv, int32_t seq, const i
     const int32_t chunk = FT_MIN(n_batch, n_prompt - n_cached);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
     int32_t *seqs = malloc(sizeof(int32_t) * (size_t)chunk);
+    bool *none = calloc((size_t)chunk, sizeof(bool)); /* no logits for inner chunks */
     int rc = FT_ENOMEM;
-    if (!pos || !seqs) {
+    if (!pos || !seqs || !none) {
         FT_LOG_E("out of memory");
         goto done;
     }
@@ -193,14 +194,17 @@ int ft_generate(struct ft_model *m, struct ft_kv_cache *kv, int32_t seq, const i
     g->timing.cached_prompt_tokens = n_cached;
     g->n_past = n_cached;
 
-    /* Prefill: logits only for the prompt's last token (want_logits NULL). */
+    /* Prefill: logits only for the prompt's last token (want_logits NULL
+     * asks for the last entry of the last chunk). */
     g->timing.prefill_start = ft_clock_ticks();
     while (g->n_past < n_prompt) {
         const int32_t nb = FT_MIN(chunk, n_prompt - g->n_past);
         for (int32_t i = 0; i < nb; i++)
             pos[i] = g->n_past + i;
-        struct ft_batch b = {.n_tokens = nb, .token = prompt + g->n_past, .pos = pos, .seq_id = seqs};
-        if ((rc = ft_model_forward(m, kv, &b, g->n_past + nb == n_prompt ? logits : NULL)))
+        const bool last = g->n_past + nb == n_prompt;
+        struct ft_batch b = {
+            .n_tokens = nb, .token = prompt + g->n_past, .pos = pos, .seq_id = seqs, .want_logits = last ? NULL : none};
+        if ((rc = ft_model_forward(m, kv, &b, last ? logits : NULL)))
             goto done;
         g->n_past += nb;
     }
@@ -226,5 +230,6 @@ done:
         g->finish = FT_FINISH_ERROR;
     free(pos);
     free(seqs);
+    free(none);
     return rc;
 }
