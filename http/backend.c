@@ -210,7 +210,7 @@ static int tokenize_or_fail(const struct ft_backend *b, const char *text, size_t
         return -1;
     }
     if (rc) {
-        ft_api_error_set(err, 400, NULL, "invalid_request_error", "the prompt cannot be tokenized: %s",
+        ft_api_error_set(err, 400, NULL, NULL, "the prompt cannot be tokenized: %s",
                          ft_last_error());
         return -1;
     }
@@ -239,7 +239,7 @@ static int render_chat(const struct ft_backend *b, const struct ft_api_request *
     if (rc) {
         /* raise_exception() in a template (roles that do not alternate, ...)
          * and resource bounds are the request's fault. */
-        ft_api_error_set(err, 400, "messages", "invalid_request_error", "the chat template rejected the messages: %s",
+        ft_api_error_set(err, 400, "messages", NULL, "the chat template rejected the messages: %s",
                          ft_last_error());
         return -1;
     }
@@ -286,7 +286,7 @@ int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r
             memcpy(ids, r->prompt_tokens, sizeof(int32_t) * n);
     }
     if (n == 0) {
-        ft_api_error_set(err, 400, r->endpoint == FT_API_CHAT ? "messages" : "prompt", "invalid_request_error",
+        ft_api_error_set(err, 400, r->endpoint == FT_API_CHAT ? "messages" : "prompt", NULL,
                          "the prompt is empty");
         goto fail;
     }

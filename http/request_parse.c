@@ -35,7 +35,7 @@ void ft_api_request_free(struct ft_api_request *r) {
     memset(r, 0, sizeof(*r));
 }
 
-#define BAD(param, ...) (ft_api_error_set(err, 400, (param), "invalid_request_error", __VA_ARGS__), -1)
+#define BAD(param, ...) (ft_api_error_set(err, 400, (param), NULL, __VA_ARGS__), -1)
 
 /* JSON escapes can encode U+0000, which would silently cut a C string short;
  * such a request is refused instead. Every backslash in valid JSON starts an
