@@ -87,7 +87,8 @@ struct srv_req {
     const char *endpoint; /* route path, static */
 
     /* Loop thread only. */
-    struct evhttp_request *req;    /* NULL once the client is gone */
+    struct evhttp_request *req;
+    bool gone;                     /* the client went away: req is detached */
     struct evhttp_connection *conn;
     struct evbuffer *text;         /* non-streaming: the completion so far */
 
@@ -231,10 +232,14 @@ static void srv_req_free(struct srv_req *r) {
     free(r);
 }
 
+/* evhttp calls this while it frees the connection. On a network error
+ * (EOF, timeout) during a reply we have not finished, evhttp 2.1 has already
+ * detached the request from the connection and left it to us to free, so
+ * the request stays valid: we stop writing to it and free it at the end. */
 static void on_client_gone(struct evhttp_connection *conn, void *arg) {
     (void)conn;
     struct srv_req *r = arg;
-    r->req = NULL;
+    r->gone = true;
     r->conn = NULL;
     atomic_store(&r->er.cancel, true);
 }
@@ -255,7 +260,7 @@ static void send_piece(struct srv_req *r, const char *text) {
         evbuffer_add(r->text, text, strlen(text));
         return;
     }
-    if (!r->req)
+    if (!r->req || r->gone)
         return;
     char *chunk = ft_resp_chunk_text(&r->ctx, text);
     ft_sse_send(r->req, chunk);
@@ -269,8 +274,11 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     int status = 200;
     const char *error = NULL;
     char msg[400];
-    if (!r->req) {
+    if (r->gone) {
         status = 499; /* nginx's "client closed request" */
+        if (r->req)
+            evhttp_request_free(r->req);
+        r->req = NULL;
     } else if (er->finish == FT_FINISH_ERROR || er->finish == FT_FINISH_CANCELLED || r->oom) {
         status = er->finish == FT_FINISH_CANCELLED ? 503 : 500;
         snprintf(msg, sizeof(msg), "%s",

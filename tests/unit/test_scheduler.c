@@ -165,6 +165,7 @@ int main(void) {
     P.hold = true;
     P.holding = false;
     memset(P.text[0], 0, sizeof(P.text[0]));
+    ft_request_timing_free(&req[0].timing); /* the submitter owns the record of its first run */
     req[0].params.max_tokens = 100;
     req[0].received = ft_clock_ticks();
     CHECK_EQ_INT(ft_scheduler_submit(s, &req[0]), FT_OK);
