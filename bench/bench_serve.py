@@ -10,6 +10,7 @@
 
 Usage: bench/bench_serve.py [--ft build/ft] [-m MODEL.gguf] [-t THREADS]
                             [--rounds 7] [--tokens 64] [--prompt-tokens 1000]
+                            [--only throughput|ttft]
 Only the Python standard library is needed.
 """
 import argparse
@@ -67,14 +68,18 @@ def stream_ttft(port, body):
                                                                 stream_options={"include_usage": True})),
               headers={"Content-Type": "application/json"})
     r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"stream: {r.status} {r.read()[:300]}")
     first, final = None, None
     while True:
-        line = r.fp.readline()
-        if not line:
+        line = r.readline()  # de-chunked; one event per line
+        if not line or line.strip() == b"data: [DONE]":
             break
-        if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+        if not line.startswith(b"data: "):
             continue
         ev = json.loads(line[6:])
+        if "error" in ev:
+            raise SystemExit(f"stream: {ev}")
         if first is None and ev["choices"] and ev["choices"][0]["text"]:
             first = time.perf_counter() - t0
         if not ev["choices"]:
@@ -105,9 +110,10 @@ def throughput(port, rounds, tokens):
 
 
 def ttft(port, rounds, prompt_tokens):
-    # ~5 tokens per sentence for these tokenizers; the count is printed.
     sentence = "The keeper climbed the stairs to light the lamp. "
-    n_sentences = max(1, prompt_tokens // 11)
+    # Tokens per sentence differ per vocabulary: measure them once.
+    probe = post(port, "/v1/completions", {"prompt": sentence * 20, "max_tokens": 1})["usage"]["prompt_tokens"]
+    n_sentences = max(1, round(prompt_tokens * 20 / probe))
     cold_s, cached_s, cold_c, cached_c = [], [], [], []
     counts = None
     for i in range(rounds):
@@ -137,12 +143,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=1000)
+    ap.add_argument("--only", choices=["throughput", "ttft"], help="run one of the two benchmarks")
     a = ap.parse_args()
     proc, port = start(a.ft, a.model, a.threads, max(2048, a.prompt_tokens * 2))
     try:
         print(f"model: {a.model}")
-        throughput(port, a.rounds, a.tokens)
-        ttft(port, a.rounds, a.prompt_tokens)
+        if a.only != "ttft":
+            throughput(port, a.rounds, a.tokens)
+        if a.only != "throughput":
+            ttft(port, a.rounds, a.prompt_tokens)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait()
