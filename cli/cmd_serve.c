@@ -10,7 +10,7 @@
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL;
-    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64;
+    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120;
     bool metrics = false, no_prefix_cache = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -29,6 +29,8 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE", "Jinja chat template to use instead of the model's"},
         {NULL, "--max-body-size", FT_OPT_INT, &max_body, "BYTES", "largest request body (default 8388608)"},
         {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
+        {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
+         "close connections idle or stalled in a write for S seconds (default 120; never during generation)"},
     };
     const struct ft_cmd_spec spec = {
         "serve", "ft serve [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-t N] [-c CTX] [options]",
@@ -67,6 +69,10 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --max-queue must be in 1..1000000 (got %d)\n", max_queue);
         return 2;
     }
+    if (timeout < 1 || timeout > 86400) {
+        fprintf(stderr, "ft serve: --timeout must be in 1..86400 seconds (got %d)\n", timeout);
+        return 2;
+    }
     if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
         fprintf(stderr, "ft serve: --log-format must be text or json (got '%s')\n", log_format);
         return 2;
@@ -93,6 +99,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .chat_template_file = tmpl,
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
+        .timeout_s = timeout,
     };
     return ft_server_run(&cfg);
 }

@@ -30,6 +30,7 @@
 #include "ft/common.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -48,6 +49,8 @@
 #include <unistd.h>
 
 enum srv_state { STATE_LOADING, STATE_READY, STATE_FAILED };
+
+
 
 struct srv_req;
 
@@ -248,8 +251,10 @@ static void on_client_gone(struct evhttp_connection *conn, void *arg) {
  * the request (and the connection) while sending them. */
 static struct evhttp_request *take_req(struct srv_req *r) {
     struct evhttp_request *req = r->req;
-    if (r->conn)
+    if (r->conn) {
         evhttp_connection_set_closecb(r->conn, NULL, NULL);
+        evhttp_connection_set_timeout(r->conn, r->srv->cfg->timeout_s); /* idle keep-alive again */
+    }
     r->req = NULL;
     r->conn = NULL;
     return req;
@@ -444,8 +449,15 @@ static void handle_generate(struct srv *s, struct evhttp_request *req, const cha
     /* Events for r are handled on this thread, after this function returns. */
     r->req = req;
     r->conn = evhttp_request_get_connection(req);
-    if (r->conn)
+    if (r->conn) {
         evhttp_connection_set_closecb(r->conn, on_client_gone, r);
+        /* A long prefill sends nothing for a while: the read timeout that
+         * closes idle keep-alive connections must not end this request. */
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(r->conn);
+        const struct timeval wt = {s->cfg->timeout_s, 0};
+        if (bev)
+            bufferevent_set_timeouts(bev, NULL, &wt);
+    }
     if (r->api.stream) {
         ft_sse_start(req);
         if (ep == FT_API_CHAT) {
@@ -651,7 +663,7 @@ int ft_server_run(const struct ft_server_config *cfg) {
     const size_t transport_cap = cfg->max_body > ((size_t)1 << 40) ? cfg->max_body : cfg->max_body * 2 + 65536;
     evhttp_set_max_body_size(s->http, (ev_ssize_t)transport_cap);
     evhttp_set_max_headers_size(s->http, 64 * 1024);
-    evhttp_set_timeout(s->http, 120);
+    evhttp_set_timeout(s->http, cfg->timeout_s);
     evhttp_set_gencb(s->http, on_request, s);
     struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(s->http, cfg->host, (ev_uint16_t)cfg->port);
     if (!sock) {

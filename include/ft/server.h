@@ -23,6 +23,7 @@ struct ft_server_config {
     const char *chat_template_file; /* overrides the model's template */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
+    int timeout_s;                  /* idle connection / stalled write timeout; generation has none */
 };
 
 /* Listen, load the model in the background (GET /health answers 503 until

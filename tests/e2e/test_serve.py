@@ -709,7 +709,7 @@ def test_chat_template_file(tmp_path):
 
 def test_bad_flags_and_files(ft, tmp_path):
     for args in (["serve", "--port", "70000"], ["serve", "--log-format", "xml"], ["serve", "--api-key", ""],
-                 ["serve", "-c", "3"]):
+                 ["serve", "-c", "3"], ["serve", "--timeout", "0"]):
         r = ft(*args, "-m", "x.gguf")
         assert r.returncode == 2, args
         assert len(r.stderr.decode().strip().splitlines()) == 1
@@ -777,6 +777,34 @@ def test_real_gemma(real_model):
         n = int(re.search(r"completion_tokens=(\d+)", line[0]).group(1))
         assert 1 <= n < 1500
         assert s.request("GET", "/health")[0] == 200
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
+def test_long_request_outlives_connection_timeout(real_model):
+    # --timeout closes idle connections; a request whose prefill alone takes
+    # longer (a ~600-token prompt on Gemma) must still get its answer, both
+    # streamed and not.
+    s = Server(real_model, "-c", "2048", "--timeout", "1")
+    try:
+        prompt = "The keeper climbed the stairs to light the lamp. " * 60
+        t0 = time.time()
+        status, resp = s.post("/v1/completions", {"prompt": "A " + prompt, "max_tokens": 2,
+                                                  "performance_metrics": True})
+        assert status == 200, resp
+        assert resp["usage"]["prompt_tokens"] > 500
+        if time.time() - t0 < 1.5:
+            pytest.skip("the machine prefilled too fast to outlast a 1 s timeout")
+        ev = sse_events(s, "/v1/completions", {"prompt": "B " + prompt, "max_tokens": 2, "stream": True,
+                                               "stream_options": {"include_usage": True}})
+        assert ev[-1] == "[DONE]" and ev[-2]["usage"]["completion_tokens"] == 2
+        # Idle connections are still closed after the timeout.
+        sock = socket.create_connection(("127.0.0.1", s.port))
+        sock.settimeout(30)
+        t0 = time.time()
+        assert sock.recv(1) == b""
+        assert time.time() - t0 < 25
+        sock.close()
     finally:
         assert s.stop() == 0, s.stderr()
 
