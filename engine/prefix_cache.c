@@ -90,9 +90,10 @@ int32_t ft_prefix_cache_acquire(struct ft_prefix_cache *pc, const int32_t *promp
             lru = i;
     }
     /* A short match (a BOS, a common first word) would throw away most of
-     * another conversation's cache for a few tokens: take the empty or
-     * least recently used slot instead. */
-    if (best_len * 2 < pc->slots[best].n) {
+     * another conversation's cache for a few tokens: unless the match is at
+     * least half of the new prompt or half of what the slot holds, take the
+     * empty or least recently used slot instead. */
+    if (best_len * 2 < n && best_len * 2 < pc->slots[best].n) {
         best = lru;
         best_len = reusable(pc, lru, prompt, n);
     }

@@ -121,15 +121,22 @@ int main(void) {
     check_same(&div_cold, &div, "diverging prompt");
 
     /* 5. A short match against a long cached sequence does not evict it:
-     *    the prompt sharing only its first half goes to another slot. */
+     *    a prompt sharing only its first 4 tokens goes to another slot. */
     int32_t e[200];
-    memcpy(e, d, sizeof(int32_t) * (size_t)(nb / 3));
-    e[nb / 3] = (d[nb / 3] + 1) % ft_model_hparams(g_model)->n_vocab;
-    struct run half = generate(kv_on, on, e, nb / 3 + 1, 4);
-    CHECK(half.cached < nb / 3);
+    memcpy(e, d, sizeof(int32_t) * 4);
+    memcpy(e + 4, c + 1, sizeof(int32_t) * (size_t)(nc - 1));
+    struct run other2 = generate(kv_on, on, e, 3 + nc, 4);
+    CHECKF(other2.cached <= 4, "cached %d", other2.cached);
     struct run d_again = generate(kv_on, on, d, nb, 8);
     CHECK_EQ_INT(d_again.cached, nb - 1);
     check_same(&div_cold, &d_again, "sequence kept after a short match");
+
+    /* 6. A short prompt repeated: its whole prompt but one token is reused
+     *    even though the slot also holds a longer reply. */
+    struct run s1 = generate(kv_on, on, a, 5, 30);
+    struct run s2 = generate(kv_on, on, a, 5, 30);
+    CHECK_EQ_INT(s2.cached, 4);
+    check_same(&s1, &s2, "short prompt repeated");
 
     ft_prefix_cache_free(on);
     ft_prefix_cache_free(off);
