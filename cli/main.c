@@ -13,6 +13,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *about;
 } g_cmds[] = {
+    {"serve", ft_cmd_serve, "serve the model over an OpenAI-compatible HTTP API, with per-request metrics"},
     {"run", ft_cmd_run, "generate text from a prompt on the terminal, with performance metrics"},
     {"info", ft_cmd_info, "show a GGUF file's metadata, tensors, sizes and whether ft can run it"},
     {"logits", ft_cmd_logits, "evaluate tokens in one batch and print the top logits as JSON"},

@@ -1,0 +1,105 @@
+/* ft serve: the OpenAI-compatible HTTP server (include/ft/server.h). This
+ * file only turns flags into a struct ft_server_config. */
+#include "args.h"
+#include "cli.h"
+#include "ft/common.h"
+#include "ft/server.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ft_cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL;
+    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120;
+    bool metrics = false, no_prefix_cache = false;
+    const struct ft_opt opts[] = {
+        {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
+        {NULL, "--alias", FT_OPT_STR, &alias, "NAME", "model id in responses and /v1/models (default: the file name)"},
+        {NULL, "--host", FT_OPT_STR, &host, "ADDR", "address to listen on (default 127.0.0.1: this machine only)"},
+        {NULL, "--port", FT_OPT_INT, &port, "N", "port (default 8080; 0: any free port, printed)"},
+        {"-t", "--threads", FT_OPT_INT, &threads, "N", "threads (default: one per core)"},
+        {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N", "context per request (default: the model's, capped by memory)"},
+        {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
+        {NULL, "--cache-slots", FT_OPT_INT, &slots, "N", "prefix-cache slots, each a KV sequence of -c tokens (default 4)"},
+        {NULL, "--no-prefix-cache", FT_OPT_FLAG, &no_prefix_cache, NULL, "never reuse the KV of earlier prompts"},
+        {NULL, "--enable-performance-metrics", FT_OPT_FLAG, &metrics, NULL,
+         "add the per-request \"metrics\" object to every response"},
+        {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
+        {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
+        {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE", "Jinja chat template to use instead of the model's"},
+        {NULL, "--max-body-size", FT_OPT_INT, &max_body, "BYTES", "largest request body (default 8388608)"},
+        {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
+        {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
+         "close connections idle or stalled in a write for S seconds (default 120; never during generation)"},
+    };
+    const struct ft_cmd_spec spec = {
+        "serve", "ft serve [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-t N] [-c CTX] [options]",
+        "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions,\n"
+        "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+        "With --enable-performance-metrics (or \"performance_metrics\": true in a request) each\n"
+        "response carries engine-measured TTFT, prefill and decode speed. One access-log line per\n"
+        "request goes to stdout; SIGINT or SIGTERM stops the server.",
+        opts, (int)FT_ARRAY_LEN(opts), 0};
+    const char *pos[1];
+    int n_pos;
+    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
+    if (r)
+        return r > 0 ? 0 : 2;
+    if (port < 0 || port > 65535) {
+        fprintf(stderr, "ft serve: --port must be in 0..65535 (got %d)\n", port);
+        return 2;
+    }
+    if (n_ctx < 0 || (n_ctx > 0 && n_ctx < 16)) {
+        fprintf(stderr, "ft serve: -c must be at least 16 (got %d)\n", n_ctx);
+        return 2;
+    }
+    if (n_batch < 1 || n_batch > 4096) {
+        fprintf(stderr, "ft serve: -b must be in 1..4096 (got %d)\n", n_batch);
+        return 2;
+    }
+    if (slots < 1 || slots > 256) {
+        fprintf(stderr, "ft serve: --cache-slots must be in 1..256 (got %d)\n", slots);
+        return 2;
+    }
+    if (max_body < 1024) {
+        fprintf(stderr, "ft serve: --max-body-size must be at least 1024 bytes (got %d)\n", max_body);
+        return 2;
+    }
+    if (max_queue < 1 || max_queue > 1000000) {
+        fprintf(stderr, "ft serve: --max-queue must be in 1..1000000 (got %d)\n", max_queue);
+        return 2;
+    }
+    if (timeout < 1 || timeout > 86400) {
+        fprintf(stderr, "ft serve: --timeout must be in 1..86400 seconds (got %d)\n", timeout);
+        return 2;
+    }
+    if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
+        fprintf(stderr, "ft serve: --log-format must be text or json (got '%s')\n", log_format);
+        return 2;
+    }
+    if (api_key && !*api_key) {
+        fprintf(stderr, "ft serve: --api-key must not be empty\n");
+        return 2;
+    }
+    if (!model && !(model = ft_cli_default_model("serve")))
+        return 2;
+    const struct ft_server_config cfg = {
+        .model_path = model,
+        .model_alias = alias,
+        .host = host,
+        .port = port,
+        .n_threads = threads,
+        .n_ctx = n_ctx,
+        .n_batch = n_batch,
+        .cache_slots = slots,
+        .no_prefix_cache = no_prefix_cache,
+        .metrics_default = metrics,
+        .api_key = api_key,
+        .log_json = !strcmp(log_format, "json"),
+        .chat_template_file = tmpl,
+        .max_body = (size_t)max_body,
+        .max_queue = max_queue,
+        .timeout_s = timeout,
+    };
+    return ft_server_run(&cfg);
+}

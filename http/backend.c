@@ -1,0 +1,306 @@
+/* Model, chat template and scheduler for the server (http/backend.h). */
+#include "backend.h"
+
+#include "ft/common.h"
+#include "ft/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_TEMPLATE_FILE (1u << 20)
+
+static void set_err(char *buf, size_t cap, const char *what) {
+    const char *d = ft_last_error();
+    if (d && *d)
+        snprintf(buf, cap, "%s: %s", what, d);
+    else
+        snprintf(buf, cap, "%s", what);
+}
+
+static char *dup_piece(const struct ft_tokenizer *tok, int32_t id) {
+    struct ft_str s = id >= 0 ? ft_tokenizer_piece_raw(tok, id) : (struct ft_str){"", 0};
+    char *d = malloc(s.len + 1);
+    if (d) {
+        if (s.len)
+            memcpy(d, s.s, s.len);
+        d[s.len] = '\0';
+    }
+    return d;
+}
+
+/* The context per sequence: asked for, or the model's, capped so the KV
+ * cache of every slot takes at most half of the available memory. */
+static int32_t choose_ctx(const struct ft_model *m, int32_t requested, int32_t slots) {
+    const struct ft_hparams *hp = ft_model_hparams(m);
+    const double per_token = (double)ft_model_kv_bytes_per_token(m);
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const double avail = (pages > 0 && page > 0) ? (double)pages * (double)page : 8.0 * (1 << 30);
+    int32_t n_ctx = requested > 0 ? requested : (hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096);
+    const double need = per_token * n_ctx * slots;
+    if (need > avail * 0.5) {
+        int32_t cap = (int32_t)(avail * 0.5 / (per_token * slots));
+        cap -= cap % FT_KV_BLOCK_TOKENS;
+        if (cap < FT_KV_BLOCK_TOKENS)
+            return 0;
+        FT_LOG_W("context capped to %d tokens: %d slots of %d tokens would need %.2f GiB of KV cache, %.2f GiB "
+                 "available (choose with -c and --cache-slots)",
+                 (int)cap, (int)slots, (int)n_ctx, need / (1 << 30), avail / (1 << 30));
+        n_ctx = cap;
+    }
+    return n_ctx;
+}
+
+static char *read_small_file(const char *path, size_t *len, char *errbuf, size_t errcap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(errbuf, errcap, "chat template %s: cannot open it", path);
+        return NULL;
+    }
+    char *buf = malloc(MAX_TEMPLATE_FILE + 1);
+    size_t n = buf ? fread(buf, 1, MAX_TEMPLATE_FILE + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > MAX_TEMPLATE_FILE) {
+        snprintf(errbuf, errcap, "chat template %s: larger than %u bytes", path, MAX_TEMPLATE_FILE);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* Render a system + user conversation once, so a template that the
+ * interpreter cannot run fails at start-up rather than on the first
+ * request. Templates that refuse a system role get a user-only try. */
+static int trial_render(const struct ft_backend *b) {
+    const struct ft_chat_message sys_user[] = {{"system", "You are a helpful assistant."}, {"user", "Hello!"}};
+    char *out = NULL;
+    int rc = ft_chat_template_render(b->tmpl, sys_user, 2, true, b->bos_text, b->eos_text, &out, NULL);
+    if (rc == FT_EINVAL)
+        rc = ft_chat_template_render(b->tmpl, sys_user + 1, 1, true, b->bos_text, b->eos_text, &out, NULL);
+    free(out);
+    return rc;
+}
+
+static int load_template(struct ft_backend *b, const struct ft_server_config *cfg, char *errbuf, size_t errcap) {
+    int rc;
+    char what[600];
+    if (cfg->chat_template_file) {
+        size_t len = 0;
+        char *src = read_small_file(cfg->chat_template_file, &len, errbuf, errcap);
+        if (!src)
+            return FT_EIO;
+        rc = ft_chat_template_parse(src, len, &b->tmpl);
+        free(src);
+        snprintf(what, sizeof(what), "chat template %s", cfg->chat_template_file);
+    } else {
+        struct ft_str src;
+        if (ft_gguf_get_str(ft_model_gguf(b->model), "tokenizer.chat_template", &src) == FT_OK) {
+            rc = ft_chat_template_parse(src.s, src.len, &b->tmpl);
+            snprintf(what, sizeof(what), "the model's chat template (override it with --chat-template FILE)");
+            FT_LOG_I("chat template: the model's tokenizer.chat_template");
+        } else {
+            const char *arch = ft_model_hparams(b->model)->arch_name;
+            const char *name = ft_chat_template_builtin_for_arch(arch);
+            /* Llama 2, Mistral and TinyLlama share "llama" with Llama 3;
+             * only Llama 3's vocabulary has <|eot_id|>. */
+            if (name && !strcmp(name, "llama3") && ft_tokenizer_find(b->tok, "<|eot_id|>", 10) < 0)
+                name = "llama2";
+            if (!name) {
+                snprintf(errbuf, errcap,
+                         "the model has no chat template and there is no built-in one for architecture '%s': "
+                         "pass one with --chat-template FILE",
+                         arch);
+                return FT_EUNSUPPORTED;
+            }
+            FT_LOG_W("the model has no tokenizer.chat_template; using the built-in '%s' template", name);
+            rc = ft_chat_template_builtin(name, &b->tmpl);
+            snprintf(what, sizeof(what), "built-in chat template '%s'", name);
+        }
+    }
+    if (rc) {
+        char msg[700];
+        snprintf(msg, sizeof(msg), "%s cannot be parsed", what);
+        set_err(errbuf, errcap, msg);
+        return rc;
+    }
+    ft_clear_error();
+    if ((rc = trial_render(b))) {
+        char msg[700];
+        snprintf(msg, sizeof(msg), "%s cannot be rendered", what);
+        set_err(errbuf, errcap, msg);
+        return rc;
+    }
+    return FT_OK;
+}
+
+int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, void *ud, struct ft_backend **out,
+                    char *errbuf, size_t errcap) {
+    *out = NULL;
+    errbuf[0] = '\0';
+    struct ft_backend *b = calloc(1, sizeof(*b));
+    if (!b) {
+        snprintf(errbuf, errcap, "out of memory");
+        return FT_ENOMEM;
+    }
+    ft_clear_error();
+    struct ft_model_params mp = {.n_threads = cfg->n_threads};
+    int rc = ft_model_load(cfg->model_path, &mp, &b->model);
+    if (rc) {
+        set_err(errbuf, errcap, cfg->model_path);
+        goto fail;
+    }
+    b->tok = ft_model_tokenizer(b->model);
+    b->n_vocab = ft_model_hparams(b->model)->n_vocab;
+    b->bos_text = dup_piece(b->tok, ft_tokenizer_bos(b->tok));
+    b->eos_text = dup_piece(b->tok, ft_tokenizer_eos(b->tok));
+    if (!b->bos_text || !b->eos_text) {
+        rc = FT_ENOMEM;
+        snprintf(errbuf, errcap, "out of memory");
+        goto fail;
+    }
+    if ((rc = load_template(b, cfg, errbuf, errcap)))
+        goto fail;
+    const int32_t slots = cfg->cache_slots > 0 ? cfg->cache_slots : 1;
+    if (!(b->n_ctx = choose_ctx(b->model, cfg->n_ctx, slots))) {
+        rc = FT_ENOMEM;
+        snprintf(errbuf, errcap, "not enough memory for any KV cache");
+        goto fail;
+    }
+    const struct ft_scheduler_params sp = {
+        .n_ctx = b->n_ctx,
+        .n_slots = slots,
+        .prefix_reuse = !cfg->no_prefix_cache,
+        .n_batch = cfg->n_batch,
+        .max_queue = cfg->max_queue,
+        .on_event = on_event,
+        .ud = ud,
+    };
+    ft_clear_error();
+    if ((rc = ft_scheduler_new(b->model, &sp, &b->sched))) {
+        set_err(errbuf, errcap, "starting the engine");
+        goto fail;
+    }
+    *out = b;
+    return FT_OK;
+fail:
+    ft_backend_free(b);
+    return rc;
+}
+
+void ft_backend_free(struct ft_backend *b) {
+    if (!b)
+        return;
+    ft_scheduler_free(b->sched);
+    ft_chat_template_free(b->tmpl);
+    free(b->bos_text);
+    free(b->eos_text);
+    ft_model_free(b->model);
+    free(b);
+}
+
+static int tokenize_or_fail(const struct ft_backend *b, const char *text, size_t len, bool add_special,
+                            int32_t **ids, size_t *n, struct ft_api_error *err) {
+    ft_clear_error();
+    int rc = ft_tokenize(b->tok, text, len, add_special, true, ids, n);
+    if (rc == FT_ENOMEM) {
+        ft_api_error_set(err, 500, NULL, "server_error", "out of memory while tokenizing");
+        return -1;
+    }
+    if (rc) {
+        ft_api_error_set(err, 400, NULL, NULL, "the prompt cannot be tokenized: %s",
+                         ft_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int render_chat(const struct ft_backend *b, const struct ft_api_request *r, int32_t **ids, size_t *n,
+                       struct ft_api_error *err) {
+    struct ft_chat_message *msgs = malloc(sizeof(*msgs) * (size_t)r->n_messages);
+    if (!msgs) {
+        ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
+        return -1;
+    }
+    for (int32_t i = 0; i < r->n_messages; i++)
+        msgs[i] = (struct ft_chat_message){r->messages[i].role, r->messages[i].content};
+    char *text = NULL;
+    size_t len = 0;
+    ft_clear_error();
+    int rc = ft_chat_template_render(b->tmpl, msgs, (size_t)r->n_messages, true, b->bos_text, b->eos_text, &text,
+                                     &len);
+    free(msgs);
+    if (rc == FT_ENOMEM) {
+        ft_api_error_set(err, 500, NULL, "server_error", "out of memory while rendering the chat template");
+        return -1;
+    }
+    if (rc) {
+        /* raise_exception() in a template (roles that do not alternate, ...)
+         * and resource bounds are the request's fault. */
+        ft_api_error_set(err, 400, "messages", NULL, "the chat template rejected the messages: %s",
+                         ft_last_error());
+        return -1;
+    }
+    rc = tokenize_or_fail(b, text, len, false, ids, n, err);
+    free(text);
+    if (rc)
+        return -1;
+    /* Templates usually write bos_token themselves; add BOS only when the
+     * vocabulary wants one and the template did not. */
+    const int32_t bos = ft_tokenizer_bos(b->tok);
+    if (ft_tokenizer_add_bos(b->tok) && bos >= 0 && (*n == 0 || (*ids)[0] != bos)) {
+        int32_t *p = realloc(*ids, sizeof(int32_t) * (*n + 1));
+        if (!p) {
+            ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
+            return -1;
+        }
+        memmove(p + 1, p, sizeof(int32_t) * *n);
+        p[0] = bos;
+        *ids = p;
+        (*n)++;
+    }
+    return 0;
+}
+
+int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out, int32_t *n_out,
+                      struct ft_api_error *err) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    *out = NULL;
+    *n_out = 0;
+    if (r->endpoint == FT_API_CHAT) {
+        if (render_chat(b, r, &ids, &n, err))
+            goto fail;
+    } else if (r->prompt) {
+        if (tokenize_or_fail(b, r->prompt, strlen(r->prompt), true, &ids, &n, err))
+            goto fail;
+    } else {
+        n = (size_t)r->n_prompt_tokens;
+        if (!(ids = malloc(sizeof(int32_t) * (n ? n : 1)))) {
+            ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
+            goto fail;
+        }
+        if (n)
+            memcpy(ids, r->prompt_tokens, sizeof(int32_t) * n);
+    }
+    if (n == 0) {
+        ft_api_error_set(err, 400, r->endpoint == FT_API_CHAT ? "messages" : "prompt", NULL,
+                         "the prompt is empty");
+        goto fail;
+    }
+    if (n >= (size_t)b->n_ctx) {
+        ft_api_error_set(err, 400, r->endpoint == FT_API_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                         "the prompt has %zu tokens but the context holds %d tokens (at least one must be left "
+                         "for the completion; start the server with a larger -c)",
+                         n, (int)b->n_ctx);
+        goto fail;
+    }
+    *out = ids;
+    *n_out = (int32_t)n;
+    return 0;
+fail:
+    free(ids);
+    return -1;
+}

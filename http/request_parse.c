@@ -1,0 +1,401 @@
+/* OpenAI request bodies to struct ft_api_request (http/request_parse.h). */
+#include "request_parse.h"
+
+#include "ft/common.h"
+#include "ft/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ft_api_error_set(struct ft_api_error *err, int status, const char *param, const char *code, const char *fmt, ...) {
+    err->status = status;
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+}
+
+void ft_api_request_free(struct ft_api_request *r) {
+    if (!r)
+        return;
+    free(r->model);
+    for (int32_t i = 0; i < r->n_messages; i++)
+        free(r->messages[i].content);
+    free(r->messages);
+    free(r->prompt);
+    free(r->prompt_tokens);
+    for (int i = 0; i < r->n_stops; i++)
+        free(r->stops[i]);
+    memset(r, 0, sizeof(*r));
+}
+
+#define BAD(param, ...) (ft_api_error_set(err, 400, (param), NULL, __VA_ARGS__), -1)
+
+/* JSON escapes can encode U+0000, which would silently cut a C string short;
+ * such a request is refused instead. Every backslash in valid JSON starts an
+ * escape pair inside a string, so pairs can be skipped without tracking
+ * string boundaries. */
+static bool has_nul_escape(const char *s, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < len && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' &&
+            s[i + 5] == '0')
+            return true;
+        i++;
+    }
+    return false;
+}
+
+static const cJSON *field(const cJSON *obj, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return cJSON_IsNull(v) ? NULL : v; /* null means "not given", as SDKs send it */
+}
+
+static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out, bool *given,
+                      struct ft_api_error *err) {
+    const cJSON *v = field(obj, name);
+    if (given)
+        *given = v != NULL;
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return BAD(name, "'%s' must be a number", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return BAD(name, "'%s' must be between %g and %g (got %g)", name, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_int(const cJSON *obj, const char *name, double lo, double hi, int64_t *out, bool *given,
+                   struct ft_api_error *err) {
+    const cJSON *v = field(obj, name);
+    if (given)
+        *given = v != NULL;
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble)
+        return BAD(name, "'%s' must be an integer", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return BAD(name, "'%s' must be between %.0f and %.0f (got %.0f)", name, lo, hi, v->valuedouble);
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *obj, const char *name, bool *out, bool *given, struct ft_api_error *err) {
+    const cJSON *v = field(obj, name);
+    if (given)
+        *given = v != NULL;
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v))
+        return BAD(name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+#define OOM() (ft_api_error_set(err, 500, NULL, "server_error", "out of memory"), -1)
+
+/* content: a string, or an array of {"type": "text", "text": ...} parts. */
+static int parse_content(const cJSON *c, const char *param, char **out, struct ft_api_error *err) {
+    if (cJSON_IsString(c)) {
+        if (!(*out = dup_str(c->valuestring)))
+            return OOM();
+        return 0;
+    }
+    if (!cJSON_IsArray(c))
+        return BAD(param, "'%s' must be a string or an array of text parts", param);
+    int n = cJSON_GetArraySize(c);
+    if (n > FT_API_MAX_PARTS)
+        return BAD(param, "'%s' has more than %d parts", param, FT_API_MAX_PARTS);
+    size_t total = 1;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsObject(part) || !cJSON_IsString(type))
+            return BAD(param, "each part of '%s' must be an object with a 'type'", param);
+        if (strcmp(type->valuestring, "text") != 0)
+            return BAD(param, "content parts of type '%.40s' are not supported: only 'text'", type->valuestring);
+        if (!cJSON_IsString(text))
+            return BAD(param, "a text part of '%s' needs a string 'text'", param);
+        total += strlen(text->valuestring) + 1;
+    }
+    char *s = malloc(total), *p = s;
+    if (!s)
+        return OOM();
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t l = strlen(t);
+        if (p != s)
+            *p++ = '\n';
+        memcpy(p, t, l);
+        p += l;
+    }
+    *p = '\0';
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(const cJSON *root, struct ft_api_request *r, struct ft_api_error *err) {
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs)
+        return BAD("messages", "'messages' is required");
+    if (!cJSON_IsArray(msgs))
+        return BAD("messages", "'messages' must be an array");
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0)
+        return BAD("messages", "'messages' must not be empty");
+    if (n > FT_API_MAX_MESSAGES)
+        return BAD("messages", "'messages' has more than %d entries", FT_API_MAX_MESSAGES);
+    if (!(r->messages = calloc((size_t)n, sizeof(*r->messages))))
+        return OOM();
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        char param[64];
+        const int i = r->n_messages;
+        snprintf(param, sizeof(param), "messages[%d]", i);
+        if (!cJSON_IsObject(m))
+            return BAD(param, "'%s' must be an object", param);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        snprintf(param, sizeof(param), "messages[%d].role", i);
+        if (!cJSON_IsString(role))
+            return BAD(param, "'%s' must be a string", param);
+        const char *rs = role->valuestring;
+        /* "developer" is OpenAI's newer name for the system role. */
+        if (!strcmp(rs, "system") || !strcmp(rs, "developer"))
+            r->messages[i].role = "system";
+        else if (!strcmp(rs, "user"))
+            r->messages[i].role = "user";
+        else if (!strcmp(rs, "assistant"))
+            r->messages[i].role = "assistant";
+        else
+            return BAD(param, "unknown role '%.40s' in %s: expected system, developer, user or assistant", rs, param);
+        const cJSON *content = field(m, "content");
+        snprintf(param, sizeof(param), "messages[%d].content", i);
+        if (!content) {
+            /* An assistant turn may carry no text (OpenAI allows null there). */
+            if (strcmp(r->messages[i].role, "assistant") != 0)
+                return BAD(param, "'%s' is required", param);
+            if (!(r->messages[i].content = dup_str("")))
+                return OOM();
+        } else if (parse_content(content, param, &r->messages[i].content, err)) {
+            return -1;
+        }
+        r->n_messages++;
+    }
+    return 0;
+}
+
+/* prompt: a string, an array holding one string, or an array of token ids. */
+static int parse_prompt(const cJSON *root, int32_t n_vocab, struct ft_api_request *r, struct ft_api_error *err) {
+    const cJSON *p = field(root, "prompt");
+    if (!p)
+        return BAD("prompt", "'prompt' is required");
+    if (cJSON_IsString(p)) {
+        if (!(r->prompt = dup_str(p->valuestring)))
+            return OOM();
+        return 0;
+    }
+    if (!cJSON_IsArray(p))
+        return BAD("prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
+    int n = cJSON_GetArraySize(p);
+    if (n == 0)
+        return BAD("prompt", "'prompt' must not be empty");
+    const cJSON *first = cJSON_GetArrayItem(p, 0);
+    if (cJSON_IsString(first)) {
+        if (n != 1)
+            return BAD("prompt", "only one prompt per request is supported (got %d)", n);
+        if (!(r->prompt = dup_str(first->valuestring)))
+            return OOM();
+        return 0;
+    }
+    if (!(r->prompt_tokens = malloc(sizeof(int32_t) * (size_t)n)))
+        return OOM();
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        if (!cJSON_IsNumber(t) || floor(t->valuedouble) != t->valuedouble || t->valuedouble < 0 ||
+            t->valuedouble >= n_vocab)
+            return BAD("prompt", "token ids in 'prompt' must be integers in 0..%d", (int)n_vocab - 1);
+        r->prompt_tokens[r->n_prompt_tokens++] = (int32_t)t->valuedouble;
+    }
+    return 0;
+}
+
+static int add_stop(struct ft_api_request *r, const cJSON *s, struct ft_api_error *err) {
+    if (!cJSON_IsString(s))
+        return BAD("stop", "'stop' must be a string or an array of strings");
+    size_t l = strlen(s->valuestring);
+    if (l == 0 || l > FT_API_MAX_STOP_LEN)
+        return BAD("stop", "each stop string must have 1 to %d bytes", FT_API_MAX_STOP_LEN);
+    if (r->n_stops == FT_API_MAX_STOPS)
+        return BAD("stop", "at most %d stop strings are supported", FT_API_MAX_STOPS);
+    if (!(r->stops[r->n_stops] = dup_str(s->valuestring)))
+        return OOM();
+    r->n_stops++;
+    return 0;
+}
+
+static int parse_sampling(const cJSON *root, struct ft_api_request *r, struct ft_api_error *err) {
+    struct ft_sampler_params *sp = &r->sampling;
+    double d;
+    int64_t i;
+    bool given;
+    if (get_number(root, "temperature", 0, 2, &d, &given, err))
+        return -1;
+    if (given)
+        sp->temperature = (float)d;
+    if (get_number(root, "top_p", 0, 1, &d, &given, err))
+        return -1;
+    if (given)
+        sp->top_p = (float)d;
+    if (get_number(root, "min_p", 0, 1, &d, &given, err))
+        return -1;
+    if (given)
+        sp->min_p = (float)d;
+    if (get_int(root, "top_k", 0, 1 << 20, &i, &given, err))
+        return -1;
+    if (given)
+        sp->top_k = (int32_t)i;
+    if (get_number(root, "presence_penalty", -2, 2, &d, &given, err))
+        return -1;
+    if (given)
+        sp->presence_penalty = (float)d;
+    if (get_number(root, "frequency_penalty", -2, 2, &d, &given, err))
+        return -1;
+    if (given)
+        sp->frequency_penalty = (float)d;
+    /* Any 64-bit integer, as OpenAI allows; negative seeds wrap. Doubles
+     * hold integers exactly up to 2^53, which is what JSON clients send. */
+    if (get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &i, &r->seed_set, err))
+        return -1;
+    if (r->seed_set)
+        sp->seed = (uint64_t)i;
+    return 0;
+}
+
+static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vocab, struct ft_api_request *r,
+                        struct ft_api_error *err) {
+    const cJSON *v;
+    if ((v = field(root, "model"))) {
+        if (!cJSON_IsString(v))
+            return BAD("model", "'model' must be a string");
+        if (!(r->model = dup_str(v->valuestring)))
+            return OOM();
+    }
+    if (ep == FT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err))
+        return -1;
+
+    int64_t i;
+    bool given;
+    /* max_completion_tokens is the newer name; it wins when both are given. */
+    if (get_int(root, "max_tokens", -2147483648.0, 2147483647.0, &i, &given, err))
+        return -1;
+    if (given) {
+        if (i < 1)
+            return BAD("max_tokens", "'max_tokens' must be at least 1 (got %lld)", (long long)i);
+        r->max_tokens = (int32_t)i;
+    }
+    if (get_int(root, "max_completion_tokens", -2147483648.0, 2147483647.0, &i, &given, err))
+        return -1;
+    if (given) {
+        if (i < 1)
+            return BAD("max_completion_tokens", "'max_completion_tokens' must be at least 1 (got %lld)", (long long)i);
+        r->max_tokens = (int32_t)i;
+    }
+    if (get_int(root, "n", -2147483648.0, 2147483647.0, &i, &given, err))
+        return -1;
+    if (given && i != 1)
+        return BAD("n", "only n=1 is supported (got n=%lld): send one request per completion", (long long)i);
+    if (parse_sampling(root, r, err))
+        return -1;
+
+    if ((v = field(root, "stop"))) {
+        if (cJSON_IsArray(v)) {
+            const cJSON *s;
+            cJSON_ArrayForEach(s, v) if (add_stop(r, s, err)) return -1;
+        } else if (add_stop(r, v, err)) {
+            return -1;
+        }
+    }
+    if (get_bool(root, "stream", &r->stream, NULL, err))
+        return -1;
+    if ((v = field(root, "stream_options"))) {
+        if (!cJSON_IsObject(v))
+            return BAD("stream_options", "'stream_options' must be an object");
+        if (get_bool(v, "include_usage", &r->include_usage, NULL, err))
+            return -1;
+    }
+    bool pm = false;
+    if (get_bool(root, "performance_metrics", &pm, &given, err))
+        return -1;
+    r->performance_metrics = given ? (int)pm : -1;
+
+    /* Features that would change the answer's shape are refused, not ignored. */
+    if ((v = field(root, "logprobs")) && !cJSON_IsFalse(v))
+        return BAD("logprobs", "'logprobs' is not supported");
+    if ((v = field(root, "top_logprobs")))
+        return BAD("top_logprobs", "'top_logprobs' is not supported");
+    if ((v = field(root, "echo")) && !cJSON_IsFalse(v))
+        return BAD("echo", "'echo' is not supported");
+    if (get_int(root, "best_of", -2147483648.0, 2147483647.0, &i, &given, err))
+        return -1;
+    if (given && i != 1)
+        return BAD("best_of", "only best_of=1 is supported");
+    if ((v = field(root, "response_format"))) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+        if (!cJSON_IsObject(v) || !cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
+            return BAD("response_format", "only response_format {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, int32_t n_vocab,
+                         struct ft_api_request *out, struct ft_api_error *err) {
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    out->endpoint = ep;
+    out->sampling = ft_sampler_default_params();
+    out->performance_metrics = -1;
+    if (len == 0)
+        return BAD(NULL, "the request body is empty: send a JSON object");
+    if (!ft_utf8_valid(body, len))
+        return BAD(NULL, "the request body is not valid UTF-8");
+    if (memchr(body, 0, len) || has_nul_escape(body, len))
+        return BAD(NULL, "strings in the request must not contain U+0000");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        size_t at = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
+        return BAD(NULL, "the request body is not valid JSON (error near byte %zu)", at);
+    }
+    int rc = 0;
+    for (const char *p = end; p < body + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            rc = BAD(NULL, "the request body has data after the JSON value (byte %zu)", (size_t)(p - body));
+            break;
+        }
+    }
+    if (!rc && !cJSON_IsObject(root))
+        rc = BAD(NULL, "the request body must be a JSON object");
+    if (!rc)
+        rc = parse_fields(root, ep, n_vocab, out, err);
+    cJSON_Delete(root);
+    if (rc)
+        ft_api_request_free(out);
+    return rc;
+}

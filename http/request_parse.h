@@ -1,0 +1,70 @@
+/* Parsing and validating OpenAI request bodies (POST /v1/chat/completions
+ * and /v1/completions) with cJSON.
+ *
+ * Every body is hostile: it must be UTF-8 JSON with an object at the top,
+ * each honoured field must have the right type and range, strings may not
+ * contain U+0000, and counts are bounded. Unknown fields are ignored (SDKs
+ * send many); fields that would change the shape of the answer in a way
+ * this server does not implement (n != 1, logprobs, echo, best_of) are
+ * rejected with a message that says so, rather than silently ignored.
+ * No model is needed to parse, so the fuzzer runs this on its own. */
+#ifndef FT_HTTP_REQUEST_PARSE_H
+#define FT_HTTP_REQUEST_PARSE_H
+
+#include "ft/sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ft_api_endpoint { FT_API_CHAT, FT_API_COMPLETIONS };
+
+#define FT_API_MAX_STOPS 16
+#define FT_API_MAX_STOP_LEN 256
+#define FT_API_MAX_MESSAGES 4096
+#define FT_API_MAX_PARTS 1024
+
+struct ft_api_message {
+    const char *role; /* "system", "user" or "assistant" (static) */
+    char *content;    /* malloc'd UTF-8; text parts joined with "\n" */
+};
+
+struct ft_api_request {
+    enum ft_api_endpoint endpoint;
+    char *model; /* NULL when absent */
+    /* chat */
+    struct ft_api_message *messages;
+    int32_t n_messages;
+    /* completions: a text prompt, or token ids (then prompt is NULL) */
+    char *prompt;
+    int32_t *prompt_tokens;
+    int32_t n_prompt_tokens;
+    int32_t max_tokens; /* 0: not given (until end of generation or context) */
+    struct ft_sampler_params sampling; /* engine defaults for fields not given */
+    bool seed_set;
+    char *stops[FT_API_MAX_STOPS];
+    int n_stops;
+    bool stream;
+    bool include_usage;      /* stream_options.include_usage */
+    int performance_metrics; /* -1 not given, 0 false, 1 true */
+};
+
+/* What is wrong with a request: HTTP status (400), the offending parameter
+ * (may be empty) and a message for the OpenAI error body. */
+struct ft_api_error {
+    int status;
+    char param[64];
+    char message[320];
+    const char *code; /* OpenAI error code or NULL */
+};
+
+/* Parse body[0..len). n_vocab bounds token-id prompts. Returns 0, or -1
+ * with *err filled (and *out freed). */
+int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, int32_t n_vocab,
+                         struct ft_api_request *out /* OUT */, struct ft_api_error *err /* OUT */);
+void ft_api_request_free(struct ft_api_request *r); /* accepts a zeroed struct */
+
+void ft_api_error_set(struct ft_api_error *err, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+#endif

@@ -1,0 +1,52 @@
+/* Response bodies in OpenAI's exact shapes: chat.completion and
+ * text_completion objects, their streaming chunks, usage, the model list,
+ * and FreeToken's per-request `metrics` object (DESIGN.md §3), which the
+ * access log reuses so both carry the same numbers. */
+#ifndef FT_HTTP_RESPONSES_H
+#define FT_HTTP_RESPONSES_H
+
+#include "request_parse.h"
+
+#include "ft/generate.h"
+#include "ft/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* What every object of one response repeats. */
+struct ft_resp_ctx {
+    enum ft_api_endpoint endpoint;
+    const char *id;      /* "chatcmpl-..." / "cmpl-..." */
+    long long created;   /* Unix seconds */
+    const char *model;
+    bool include_usage;  /* streaming: chunks carry "usage": null until the usage chunk */
+};
+
+/* The metrics object: the fields of DESIGN.md §3, times in ms, undefined
+ * rates as null. */
+cJSON *ft_resp_metrics(const struct ft_request_metrics *m);
+/* usage with prompt_tokens_details.cached_tokens. */
+cJSON *ft_resp_usage(const struct ft_request_metrics *m);
+
+/* All return malloc'd JSON text (NULL on allocation failure). */
+/* The non-streaming answer; metrics may be NULL (not requested). */
+char *ft_resp_completion(const struct ft_resp_ctx *c, const char *text, enum ft_finish_reason finish,
+                         const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics);
+/* Chat only: the first chunk, delta {"role": "assistant", "content": ""}. */
+char *ft_resp_chunk_role(const struct ft_resp_ctx *c);
+/* A chunk with text (delta.content or text). */
+char *ft_resp_chunk_text(const struct ft_resp_ctx *c, const char *text);
+/* The chunk with finish_reason and an empty delta. */
+char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, enum ft_finish_reason finish);
+/* The last chunk: "choices": [], with usage (when usage != NULL) and/or metrics. */
+char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_metrics *usage,
+                          const struct ft_request_metrics *metrics);
+/* GET /v1/models */
+char *ft_resp_models(const char *model_id, long long created);
+
+/* "stop" or "length" for OpenAI (cancelled and error never reach a client
+ * as a finish_reason). */
+const char *ft_resp_finish_reason(enum ft_finish_reason r);
+
+#endif

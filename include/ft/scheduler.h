@@ -1,0 +1,84 @@
+/* The scheduler: the one thread that owns the model's forward passes, the
+ * KV cache and the prefix cache, and runs submitted requests (DESIGN.md §2).
+ *
+ * Other threads hand it requests with ft_scheduler_submit() (a locked FIFO
+ * queue with a wake-up); it reports back through one callback, called on
+ * the scheduler thread, with the text of each token as it is released and
+ * a final FT_EVENT_DONE that carries the finish reason and the request's
+ * timing record. The callback must not block (the HTTP layer copies the
+ * text into its own queue and wakes its event loop); after FT_EVENT_DONE
+ * the scheduler never touches the request again.
+ *
+ * Today one request generates at a time, in arrival order; continuous
+ * batching over many sequences replaces the loop inside the scheduler
+ * without changing this interface. */
+#ifndef FT_SCHEDULER_H
+#define FT_SCHEDULER_H
+
+#include "ft/generate.h"
+#include "ft/metrics.h"
+#include "ft/model.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ft_request {
+    /* Set by the submitter; read-only for the scheduler until FT_EVENT_DONE. */
+    const int32_t *prompt; /* 1 .. n_ctx-1 tokens */
+    int32_t n_prompt;
+    struct ft_gen_params params;
+    uint64_t received; /* ft_clock_ticks() when the request was received (body parsed) */
+    atomic_bool cancel; /* any thread may set it; the scheduler stops at the next token */
+    void *user;
+
+    /* Filled by the scheduler before FT_EVENT_DONE; the submitter's after. */
+    enum ft_finish_reason finish;
+    int error;               /* FT_E* when finish == FT_FINISH_ERROR */
+    char error_msg[256];
+    struct ft_request_timing timing; /* the submitter frees it (ft_request_timing_free) */
+    struct ft_request_metrics metrics; /* computed from timing */
+
+    struct ft_request *next; /* queue link, scheduler-private */
+};
+
+enum ft_event { FT_EVENT_TEXT, FT_EVENT_DONE };
+
+/* TEXT: text[0..len) was released by the request (valid during the call).
+ * DONE: the result fields of the request are filled. */
+typedef void (*ft_event_fn)(void *ud, struct ft_request *r, enum ft_event ev, const char *text, size_t len);
+
+struct ft_scheduler_params {
+    int32_t n_ctx;     /* tokens per sequence */
+    int32_t n_slots;   /* prefix-cache slots (KV sequences), >= 1 */
+    bool prefix_reuse; /* false: never reuse a prefix (for comparisons) */
+    int32_t n_batch;   /* prompt tokens per forward pass */
+    int32_t max_queue; /* submitted requests waiting at most (FT_EFULL beyond) */
+    ft_event_fn on_event;
+    void *ud;
+};
+
+struct ft_scheduler;
+
+/* Allocates the KV cache and starts the thread. The model must outlive the
+ * scheduler and not be used by anyone else meanwhile. */
+int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, struct ft_scheduler **out);
+/* Stops the thread: the running request and every queued one finish as
+ * FT_FINISH_CANCELLED (each still gets FT_EVENT_DONE). Accepts NULL. */
+void ft_scheduler_free(struct ft_scheduler *s);
+
+/* Queue a request. FT_EINVAL when the prompt does not fit the context,
+ * FT_EFULL when max_queue requests are already waiting. On error the
+ * request is not queued and no event will come. */
+int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r);
+
+struct ft_scheduler_stats {
+    int32_t running;
+    int32_t waiting;
+    double kv_usage; /* used KV blocks / all blocks */
+};
+/* Safe from any thread (values are published atomically). */
+void ft_scheduler_get_stats(struct ft_scheduler *s, struct ft_scheduler_stats *out);
+
+#endif

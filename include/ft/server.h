@@ -1,0 +1,35 @@
+/* The OpenAI-compatible HTTP server (http/, DESIGN.md §2): what `ft serve`
+ * configures and runs. */
+#ifndef FT_SERVER_H
+#define FT_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ft_server_config {
+    const char *model_path;
+    const char *model_alias;        /* id in responses and /v1/models; NULL: the file name */
+    const char *host;               /* "127.0.0.1" unless the user says otherwise */
+    int port;                       /* 0: any free port (printed) */
+    int n_threads;                  /* <= 0: the engine's default */
+    int32_t n_ctx;                  /* <= 0: the model's, capped by memory */
+    int32_t n_batch;                /* prompt tokens per forward pass */
+    int32_t cache_slots;            /* prefix-cache slots (KV sequences) */
+    bool no_prefix_cache;
+    bool metrics_default;           /* --enable-performance-metrics */
+    const char *api_key;            /* NULL: no authentication */
+    bool log_json;                  /* access log as JSON lines */
+    const char *chat_template_file; /* overrides the model's template */
+    size_t max_body;                /* request body limit in bytes */
+    int32_t max_queue;              /* waiting requests at most (503 beyond) */
+    int timeout_s;                  /* idle connection / stalled write timeout; generation has none */
+};
+
+/* Listen, load the model in the background (GET /health answers 503 until
+ * it is ready), serve until SIGINT or SIGTERM. Returns the process exit
+ * status: 0 after a signal, 1 if the model or the socket failed (one error
+ * line on stderr). */
+int ft_server_run(const struct ft_server_config *cfg);
+
+#endif

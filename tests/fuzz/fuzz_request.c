@@ -1,0 +1,88 @@
+/* libFuzzer target for OpenAI request bodies (http/request_parse.c): the
+ * bytes every client can send to POST /v1/chat/completions and
+ * /v1/completions, plus the response and error builders fed with what the
+ * parser accepted.
+ *
+ * Input layout: one byte picking the endpoint (low bit), then the body.
+ * Must never crash, leak, hang or trip a sanitizer; 400s are fine. An
+ * accepted request must satisfy what the server relies on: bounded counts,
+ * valid UTF-8 strings, ranges inside the sampler's limits.
+ * Seeds: tests/fuzz/corpus/request.
+ */
+#include "http/errors.h"
+#include "http/request_parse.h"
+#include "http/responses.h"
+
+#include "ft/common.h"
+#include "ft/sampler.h"
+#include "ft/tokenizer.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
+    (void)level, (void)func, (void)msg, (void)ud;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    ft_log_set_sink(quiet_sink, NULL);
+    return 0;
+}
+
+static void check_str(const char *s) {
+    if (!s || !ft_utf8_valid(s, strlen(s)))
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > (1u << 20))
+        return 0;
+    const enum ft_api_endpoint ep = (data[0] & 1) ? FT_API_COMPLETIONS : FT_API_CHAT;
+    struct ft_api_request r;
+    struct ft_api_error err;
+    const int rc = ft_api_request_parse((const char *)data + 1, size - 1, ep, 8000, &r, &err);
+    if (rc) {
+        if (err.status != 400 && err.status != 500)
+            abort();
+        char *body = ft_http_error_body(err.status, err.message, err.param, err.code);
+        free(body);
+        return 0;
+    }
+    if (ft_sampler_params_check(&r.sampling) != FT_OK)
+        abort();
+    if (r.n_stops > FT_API_MAX_STOPS || r.n_messages > FT_API_MAX_MESSAGES || r.max_tokens < 0)
+        abort();
+    for (int i = 0; i < r.n_stops; i++)
+        check_str(r.stops[i]);
+    for (int32_t i = 0; i < r.n_messages; i++) {
+        check_str(r.messages[i].role);
+        check_str(r.messages[i].content);
+    }
+    if (ep == FT_API_CHAT && r.n_messages < 1)
+        abort();
+    if (ep == FT_API_COMPLETIONS) {
+        if (!r.prompt && r.n_prompt_tokens < 1)
+            abort();
+        if (r.prompt)
+            check_str(r.prompt);
+        for (int32_t i = 0; i < r.n_prompt_tokens; i++)
+            if (r.prompt_tokens[i] < 0 || r.prompt_tokens[i] >= 8000)
+                abort();
+    }
+    /* What the server would answer with, on the parsed strings. */
+    struct ft_request_metrics m = {.prompt_tokens = 3, .completion_tokens = 2, .decode_tokens = 1,
+                                   .prefill_tokens_per_second = -1, .decode_tokens_per_second = 10};
+    const struct ft_resp_ctx ctx = {ep, "cmpl-fuzz", 0, r.model ? r.model : "m", r.include_usage};
+    const char *text = ep == FT_API_CHAT ? r.messages[r.n_messages - 1].content : (r.prompt ? r.prompt : "");
+    char *s = ft_resp_completion(&ctx, text, FT_FINISH_STOP, &m, r.performance_metrics == 1 ? &m : NULL);
+    free(s);
+    s = ft_resp_chunk_text(&ctx, text);
+    free(s);
+    ft_api_request_free(&r);
+    return 0;
+}

@@ -1,0 +1,147 @@
+/* Prefix cache: slot choice, the reused count, and greedy output identical
+ * with and without reuse (tiny llama model from ../shared). */
+#include "ft_test.h"
+
+#include "ft/common.h"
+#include "ft/generate.h"
+#include "ft/model.h"
+#include "ft/prefix_cache.h"
+#include "ft/tokenizer.h"
+
+static struct ft_model *g_model;
+
+struct run {
+    int32_t tokens[64];
+    int32_t n;
+    int32_t cached;
+};
+
+/* Greedy generation of n_gen tokens for prompt on the slot the cache picks. */
+static struct run generate(struct ft_kv_cache *kv, struct ft_prefix_cache *pc, const int32_t *prompt, int32_t n,
+                           int32_t n_gen) {
+    struct run out = {0};
+    const struct ft_hparams *hp = ft_model_hparams(g_model);
+    struct ft_gen_params p = {.sampling = ft_sampler_default_params(), .max_tokens = n_gen, .ignore_eos = true};
+    p.sampling.temperature = 0;
+    struct ft_gen g;
+    CHECK_EQ_INT(ft_gen_init(&g, ft_model_tokenizer(g_model), hp->n_vocab, ft_kv_cache_n_ctx(kv), &p), FT_OK);
+    float *logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+    int32_t seq = ft_prefix_cache_acquire(pc, prompt, n, &out.cached);
+    CHECK_EQ_INT(ft_kv_cache_seq_len(kv, seq), out.cached);
+    CHECK_EQ_INT(ft_generate(g_model, kv, seq, prompt, n, 7, logits, &g, NULL, NULL), FT_OK);
+    CHECK_EQ_INT(g.timing.cached_prompt_tokens, out.cached);
+    CHECK_EQ_INT(g.timing.prompt_tokens, n);
+    ft_prefix_cache_commit(pc, seq, prompt, n, g.tokens, g.n_past - n);
+    out.n = g.n_tokens;
+    memcpy(out.tokens, g.tokens, sizeof(int32_t) * (size_t)g.n_tokens);
+    free(logits);
+    ft_gen_free(&g);
+    return out;
+}
+
+static void check_same(const struct run *a, const struct run *b, const char *what) {
+    CHECKF(a->n == b->n && !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n), "%s: tokens differ", what);
+}
+
+static int32_t tokenize(const char *text, int32_t *out, int32_t cap) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(ft_tokenize(ft_model_tokenizer(g_model), text, strlen(text), true, false, &ids, &n), FT_OK);
+    if ((int32_t)n > cap)
+        n = (size_t)cap;
+    memcpy(out, ids, sizeof(int32_t) * n);
+    free(ids);
+    return (int32_t)n;
+}
+
+int main(void) {
+    const char *shared = ft_test_shared_dir();
+    if (!shared)
+        FT_TEST_SKIP("FT_SHARED_DIR (../shared with models/) not found; no model to run");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/models/llama-F16.gguf", shared);
+    struct ft_model_params mp = {.n_threads = 1};
+    if (ft_model_load(path, &mp, &g_model) != FT_OK)
+        FT_TEST_SKIP("cannot load %s", path);
+
+    struct ft_kv_cache *kv_on = NULL, *kv_off = NULL;
+    struct ft_prefix_cache *on = NULL, *off = NULL;
+    CHECK_EQ_INT(ft_kv_cache_new(g_model, 256, 3, &kv_on), FT_OK);
+    CHECK_EQ_INT(ft_kv_cache_new(g_model, 256, 1, &kv_off), FT_OK);
+    CHECK_EQ_INT(ft_prefix_cache_new(kv_on, 3, true, &on), FT_OK);
+    CHECK_EQ_INT(ft_prefix_cache_new(kv_off, 1, false, &off), FT_OK);
+    CHECK(ft_prefix_cache_new(kv_off, 2, false, &(struct ft_prefix_cache *){NULL}) == FT_EINVAL);
+
+    int32_t a[200], b[200];
+    const int32_t na = tokenize("The old lighthouse keeper climbed the stairs every evening to light the lamp", a, 100);
+    CHECK(na > 10);
+
+    /* 1. The same prompt twice: all but the last token come from the cache,
+     *    and greedy output matches a cold run. */
+    struct run cold = generate(kv_off, off, a, na, 12);
+    CHECK_EQ_INT(cold.cached, 0);
+    struct run first = generate(kv_on, on, a, na, 12);
+    CHECK_EQ_INT(first.cached, 0);
+    check_same(&cold, &first, "first run");
+    struct run again = generate(kv_on, on, a, na, 12);
+    CHECK_EQ_INT(again.cached, na - 1);
+    check_same(&cold, &again, "identical prompt from the cache");
+
+    /* 2. A conversation that grows: prompt + reply + a new turn reuses the
+     *    whole previous prompt and the evaluated reply tokens. */
+    memcpy(b, a, sizeof(int32_t) * (size_t)na);
+    memcpy(b + na, again.tokens, sizeof(int32_t) * (size_t)again.n);
+    int32_t nb = na + again.n;
+    nb += tokenize("and then he went home", b + nb, 200 - nb) - 1; /* drop the second BOS */
+    memmove(b + na + again.n, b + na + again.n + 1, sizeof(int32_t) * (size_t)(nb - na - again.n));
+    struct run grown_cold = generate(kv_off, off, b, nb, 10);
+    struct run grown = generate(kv_on, on, b, nb, 10);
+    /* The last reply token was sampled but never evaluated. */
+    CHECK_EQ_INT(grown.cached, na + again.n - 1);
+    check_same(&grown_cold, &grown, "grown conversation");
+
+    /* 3. An unrelated prompt that shares only BOS goes to an empty slot and
+     *    leaves the long conversation cached. */
+    int32_t c[100];
+    const int32_t nc = tokenize("Quantum chromodynamics describes the strong interaction", c, 100);
+    struct run other = generate(kv_on, on, c, nc, 5);
+    CHECKF(other.cached <= 1, "cached %d", other.cached);
+    struct run back = generate(kv_on, on, b, nb, 10);
+    CHECK_EQ_INT(back.cached, nb - 1);
+    check_same(&grown_cold, &back, "conversation after an unrelated prompt");
+
+    /* 4. A prompt that diverges near its end (an edited last turn) reuses
+     *    exactly the common part. */
+    int32_t d[200];
+    memcpy(d, b, sizeof(int32_t) * (size_t)nb);
+    d[nb - 4] = (d[nb - 4] + 1) % ft_model_hparams(g_model)->n_vocab;
+    struct run div_cold = generate(kv_off, off, d, nb, 8);
+    struct run div = generate(kv_on, on, d, nb, 8);
+    CHECK_EQ_INT(div.cached, nb - 4);
+    check_same(&div_cold, &div, "diverging prompt");
+
+    /* 5. A short match against a long cached sequence does not evict it:
+     *    a prompt sharing only its first 4 tokens goes to another slot. */
+    int32_t e[200];
+    memcpy(e, d, sizeof(int32_t) * 4);
+    memcpy(e + 4, c + 1, sizeof(int32_t) * (size_t)(nc - 1));
+    struct run other2 = generate(kv_on, on, e, 3 + nc, 4);
+    CHECKF(other2.cached <= 4, "cached %d", other2.cached);
+    struct run d_again = generate(kv_on, on, d, nb, 8);
+    CHECK_EQ_INT(d_again.cached, nb - 1);
+    check_same(&div_cold, &d_again, "sequence kept after a short match");
+
+    /* 6. A short prompt repeated: its whole prompt but one token is reused
+     *    even though the slot also holds a longer reply. */
+    struct run s1 = generate(kv_on, on, a, 5, 30);
+    struct run s2 = generate(kv_on, on, a, 5, 30);
+    CHECK_EQ_INT(s2.cached, 4);
+    check_same(&s1, &s2, "short prompt repeated");
+
+    ft_prefix_cache_free(on);
+    ft_prefix_cache_free(off);
+    ft_kv_cache_free(kv_on);
+    ft_kv_cache_free(kv_off);
+    ft_model_free(g_model);
+    return ft_test_finish("test_prefix_cache");
+}
