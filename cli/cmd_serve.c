@@ -2,6 +2,7 @@
  * file only turns flags into a struct ft_server_config. */
 #include "args.h"
 #include "cli.h"
+#include "common_model.h"
 #include "ft/common.h"
 #include "ft/server.h"
 
@@ -9,15 +10,19 @@
 #include <string.h>
 
 int ft_cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL;
-    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120;
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
+               *numa = NULL;
+    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120,
+        numa_node = -1;
     bool metrics = false, no_prefix_cache = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
         {NULL, "--alias", FT_OPT_STR, &alias, "NAME", "model id in responses and /v1/models (default: the file name)"},
         {NULL, "--host", FT_OPT_STR, &host, "ADDR", "address to listen on (default 127.0.0.1: this machine only)"},
         {NULL, "--port", FT_OPT_INT, &port, "N", "port (default 8080; 0: any free port, printed)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", "threads (default: one per core)"},
+        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
+        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
+        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N", "context per request (default: the model's, capped by memory)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {NULL, "--cache-slots", FT_OPT_INT, &slots, "N", "prefix-cache slots, each a KV sequence of -c tokens (default 4)"},
@@ -81,6 +86,9 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --api-key must not be empty\n");
         return 2;
     }
+    struct ft_model_params mp;
+    if (ft_cli_model_params("serve", threads, numa, numa_node, &mp))
+        return 2;
     if (!model && !(model = ft_cli_default_model("serve")))
         return 2;
     const struct ft_server_config cfg = {
@@ -88,7 +96,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .model_alias = alias,
         .host = host,
         .port = port,
-        .n_threads = threads,
+        .model = mp,
         .n_ctx = n_ctx,
         .n_batch = n_batch,
         .cache_slots = slots,

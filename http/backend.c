@@ -146,7 +146,7 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
         return FT_ENOMEM;
     }
     ft_clear_error();
-    struct ft_model_params mp = {.n_threads = cfg->n_threads};
+    struct ft_model_params mp = cfg->model;
     int rc = ft_model_load(cfg->model_path, &mp, &b->model);
     if (rc) {
         set_err(errbuf, errcap, cfg->model_path);

@@ -3,6 +3,8 @@
 #ifndef FT_SERVER_H
 #define FT_SERVER_H
 
+#include "ft/model.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,7 +14,7 @@ struct ft_server_config {
     const char *model_alias;        /* id in responses and /v1/models; NULL: the file name */
     const char *host;               /* "127.0.0.1" unless the user says otherwise */
     int port;                       /* 0: any free port (printed) */
-    int n_threads;                  /* <= 0: the engine's default */
+    struct ft_model_params model;   /* threads and NUMA placement (-t, --numa) */
     int32_t n_ctx;                  /* <= 0: the model's, capped by memory */
     int32_t n_batch;                /* prompt tokens per forward pass */
     int32_t cache_slots;            /* prefix-cache slots (KV sequences) */
