@@ -247,7 +247,7 @@ int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows
             return FT_EUNSUPPORTED;
         }
         const struct ft_type_info *vt = ft_type_traits(ti->vec_dot_type);
-        if (!vt || (ti->vec_dot_type != FT_TYPE_F32 && !vt->from_float) ||
+        if (!vt || (ti->vec_dot_type != FT_TYPE_F32 && !vt->from_float_act) ||
             ft_row_size(ti->vec_dot_type, cols) == 0) {
             FT_LOG_E("%s: tensor '%s' (%s, row length %lld): activations cannot be converted to %s",
                      path, name, ft_type_name(t->type), (long long)cols, ft_type_name(ti->vec_dot_type));
@@ -411,7 +411,7 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    m->s.attn_tmp_stride = ((size_t)m->hp.head_dim_k + 31) & ~(size_t)31;
+    m->s.attn_tmp_stride = ((size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v + 31) & ~(size_t)31;
     m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
     m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
     if (!m->s.attn_tmp || !m->s.rope_cache) {

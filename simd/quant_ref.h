@@ -220,6 +220,10 @@ void ft_quantize_row_q5_0_ref(const float *restrict x, void *restrict y, int64_t
 void ft_quantize_row_q5_1_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q8_0_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q8_1_ref(const float *restrict x, void *restrict y, int64_t n);
+/* Q8_0 / Q8_1 for activations: as llama.cpp's x86 backend (127 / amax,
+ * ties to even); the functions above are the weight (GGUF) quantizers. */
+void ft_quantize_row_q8_0_act_ref(const float *restrict x, void *restrict y, int64_t n);
+void ft_quantize_row_q8_1_act_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q2_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q3_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q4_K_ref(const float *restrict x, void *restrict y, int64_t n);

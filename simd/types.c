@@ -22,14 +22,17 @@
 
 /* A type we only know the size of. */
 #define T(id, nm, bs, ts, q) [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q}
-/* A weight type we run: dequantize, quantize, and dot against vdt. */
-#define R(id, nm, bs, ts, q, tof, fromf, vdt, dot)                                                       \
+/* A weight type we run: dequantize, quantize (weights; activations through
+ * fromf_act), and dot against vdt. */
+#define RA(id, nm, bs, ts, q, tof, fromf, fromf_act, vdt, dot)                                           \
     [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q, .can_run = true,            \
-            .to_float = tof, .from_float = fromf, .vec_dot_type = vdt, .vec_dot = dot}
+            .to_float = tof, .from_float = fromf, .from_float_act = fromf_act, .vec_dot_type = vdt,      \
+            .vec_dot = dot}
+#define R(id, nm, bs, ts, q, tof, fromf, vdt, dot) RA(id, nm, bs, ts, q, tof, fromf, fromf, vdt, dot)
 /* An activation-only type (Q8_1, Q8_K): converts both ways, no dot of its own. */
-#define A(id, nm, bs, ts, tof, fromf)                                                                    \
+#define A(id, nm, bs, ts, tof, fromf, fromf_act)                                                         \
     [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = true, .to_float = tof,         \
-            .from_float = fromf, .vec_dot_type = id}
+            .from_float = fromf, .from_float_act = fromf_act, .vec_dot_type = id}
 
 static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
     R(FT_TYPE_F32, "F32", 1, 4, false,
@@ -44,9 +47,9 @@ static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
       ft_dequantize_row_q5_0_ref, ft_quantize_row_q5_0_ref, FT_TYPE_Q8_0, ft_vec_dot_q5_0_q8_0_ref),
     R(FT_TYPE_Q5_1, "Q5_1", 32, 24, true,
       ft_dequantize_row_q5_1_ref, ft_quantize_row_q5_1_ref, FT_TYPE_Q8_1, ft_vec_dot_q5_1_q8_1_ref),
-    R(FT_TYPE_Q8_0, "Q8_0", 32, 34, true,
-      ft_dequantize_row_q8_0_ref, ft_quantize_row_q8_0_ref, FT_TYPE_Q8_0, ft_vec_dot_q8_0_q8_0_ref),
-    A(FT_TYPE_Q8_1, "Q8_1", 32, 36, ft_dequantize_row_q8_1_ref, ft_quantize_row_q8_1_ref),
+    RA(FT_TYPE_Q8_0, "Q8_0", 32, 34, true, ft_dequantize_row_q8_0_ref, ft_quantize_row_q8_0_ref,
+       ft_quantize_row_q8_0_act_ref, FT_TYPE_Q8_0, ft_vec_dot_q8_0_q8_0_ref),
+    A(FT_TYPE_Q8_1, "Q8_1", 32, 36, ft_dequantize_row_q8_1_ref, ft_quantize_row_q8_1_ref, ft_quantize_row_q8_1_act_ref),
     R(FT_TYPE_Q2_K, "Q2_K", 256, 84, true,
       ft_dequantize_row_q2_K_ref, ft_quantize_row_q2_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q2_K_q8_K_ref),
     R(FT_TYPE_Q3_K, "Q3_K", 256, 110, true,
@@ -57,7 +60,7 @@ static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
       ft_dequantize_row_q5_K_ref, ft_quantize_row_q5_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q5_K_q8_K_ref),
     R(FT_TYPE_Q6_K, "Q6_K", 256, 210, true,
       ft_dequantize_row_q6_K_ref, ft_quantize_row_q6_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q6_K_q8_K_ref),
-    A(FT_TYPE_Q8_K, "Q8_K", 256, 292, ft_dequantize_row_q8_K_ref, ft_quantize_row_q8_K_ref),
+    A(FT_TYPE_Q8_K, "Q8_K", 256, 292, ft_dequantize_row_q8_K_ref, ft_quantize_row_q8_K_ref, ft_quantize_row_q8_K_ref),
     T(FT_TYPE_IQ2_XXS, "IQ2_XXS", 256, 66, true),
     T(FT_TYPE_IQ2_XS, "IQ2_XS", 256, 74, true),
     T(FT_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98, true),

@@ -69,6 +69,10 @@ struct ft_type_info {
     bool can_run;          /* FreeToken has dequant + vec_dot for it */
     ft_to_float_fn to_float;
     ft_from_float_fn from_float;    /* weights: GGUF reference quantizer */
+    /* activations converted to this type before a matmul, as llama.cpp's
+     * x86 CPU backend converts them: from_float, except Q8_0 and Q8_1
+     * (127 / amax and ties to even; simd/quant_ref.c) */
+    ft_from_float_fn from_float_act;
     enum ft_type vec_dot_type;      /* what activations are converted to */
     ft_vec_dot_fn vec_dot;
 };
