@@ -192,6 +192,10 @@ void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size,
 
 /* ---- attention ------------------------------------------------------------ */
 
+static inline int64_t kv_cell(const struct ft_attn_kv *kv, int32_t j) {
+    return (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens + j % kv->block_tokens;
+}
+
 /* ggml_vec_dot_f16 of ggml's AVX-512 build (the F16 K cache times Q, which
  * flash attention has rounded to fp16): four 16-lane FMA accumulators over
  * steps of 64, folded 0+2, 1+3, then 0+1 and reduced; a tail that is not a
@@ -249,10 +253,8 @@ void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const
         float m = -INFINITY; /* running max of the scores */
         float s = 0.0f;      /* running sum of exp(score - m) */
         for (int32_t j = p0; j <= p1; j++) {
-            const int64_t cell = (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens +
-                                 j % kv->block_tokens;
-            const uint16_t *kr = kv->k + cell * kv->k_row;
-            const uint16_t *vr = kv->v + cell * kv->v_row;
+            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
             const float sc = dot_f16_ggml(dk, kr, q16) * scale;
 
             float ms = 1.0f; /* rescale of what was accumulated so far */
@@ -286,4 +288,63 @@ void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const
             out[d] = (f16_acc ? ft_half_to_float(acc[d]) : out[d]) * inv;
         return;
     }
+}
+
+/* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for 64 or
+ * more query rows, one query row at a time (its rows are independent):
+ *   per tile of 64 key positions: scores q.k as a chain of FMAs over the
+ *   head dimension in order (simd_gemm with Q and K in f32), times scale;
+ *   the tile's max updates the running max (rescaling the accumulator and
+ *   the sum by exp(old - new)); p = ggml_v_expf(score - max), summed in
+ *   double by 16-lane groups and added to the float sum; then each output
+ *   element gets p[k] * v[k] added with FMA over the tile in order.
+ *   Masked keys score -inf (p = 0), which leaves the FMA chain unchanged,
+ *   so they are skipped. */
+void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                            int32_t p0, int32_t p1, float *out, float *scratch) {
+    float *p = scratch; /* FT_ATTN_TILE */
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = 0.0f;
+    float m = -INFINITY, s = 0.0f;
+    for (int32_t t0 = p0 - p0 % FT_ATTN_TILE; t0 <= p1; t0 += FT_ATTN_TILE) {
+        float tile_max = -INFINITY;
+        for (int k = 0; k < FT_ATTN_TILE; k++) {
+            const int32_t j = t0 + k;
+            p[k] = -INFINITY;
+            if (j < p0 || j > p1)
+                continue;
+            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            float dot = 0.0f;
+            for (int64_t d = 0; d < dk; d++)
+                dot = fmaf(ft_half_to_float(kr[d]), q[d], dot);
+            p[k] = dot * scale;
+            tile_max = fmaxf(tile_max, p[k]);
+        }
+        const float m_new = fmaxf(m, tile_max);
+        if (m_new > m) {
+            const float ms = expf(m - m_new);
+            for (int64_t d = 0; d < dv; d++)
+                out[d] *= ms;
+            s *= ms;
+        }
+        m = m_new;
+        double sum = 0.0;
+        for (int g = 0; g < FT_ATTN_TILE; g += 16) {
+            for (int k = g; k < g + 16; k++)
+                p[k] = ggml_v_expf(p[k] - m);
+            sum += ft_hsum16_ref(p + g);
+        }
+        s = (float)((double)s + sum);
+        for (int k = 0; k < FT_ATTN_TILE; k++) {
+            const int32_t j = t0 + k;
+            if (j < p0 || j > p1)
+                continue;
+            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            for (int64_t d = 0; d < dv; d++)
+                out[d] = fmaf(ft_half_to_float(vr[d]), p[k], out[d]);
+        }
+    }
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t d = 0; d < dv; d++)
+        out[d] *= inv;
 }

@@ -99,27 +99,24 @@ static float dot64_ggml_f32(int64_t n, const float *x, const float *y) {
     return sumf;
 }
 
+/* A batch of tokens (tinyBLAS) when the row length allows it, else
+ * ggml_vec_dot_f32 as for a single row. */
 void ft_vec_dot_f32_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const float *x = vx, *y = vy;
     *s = n % 16 == 0 ? dot16_fma(n, x, y) : dot64_ggml_f32(n, x, y);
+}
+
+void ft_vec_dot_f32_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_f32(n, vx, vy);
 }
 
 /* ======================================================================== */
 /* F16 / BF16: conversions in simd/fp16.c; the dots of ggml's AVX-512      */
 /* build (with AVX512_BF16 for BF16).                                        */
 
-void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const uint16_t *x = vx, *y = vy;
-    if (n % 16 == 0) { /* tinyBLAS on fp16 operands converted to f32 */
-        float acc[16] = {0};
-        for (int64_t i = 0; i < n; i += 16)
-            for (int l = 0; l < 16; l++)
-                acc[l] = fmaf(ft_half_to_float(x[i + l]), ft_half_to_float(y[i + l]), acc[l]);
-        *s = ft_hsum16_ref(acc);
-        return;
-    }
-    /* ggml_vec_dot_f16 (AVX-512 without FP16 arithmetic): as the f32 one,
-     * but the sum and its tail in double */
+/* ggml_vec_dot_f16 (AVX-512 without FP16 arithmetic): as ggml_vec_dot_f32,
+ * but the sum and its tail in double. */
+static float dot64_ggml_f16(int64_t n, const uint16_t *x, const uint16_t *y) {
     const int64_t np = n & ~(int64_t)63;
     float sum[4][16] = {{0}};
     for (int64_t i = 0; i < np; i += 64)
@@ -135,7 +132,25 @@ void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, c
     double sumf = ft_hsum16_ref(sum[0]);
     for (int64_t i = np; i < n; i++)
         sumf += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
-    *s = (float)sumf;
+    return (float)sumf;
+}
+
+/* A batch: tinyBLAS on the fp16 operands converted to f32. */
+void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const uint16_t *x = vx, *y = vy;
+    if (n % 16 != 0) {
+        *s = dot64_ggml_f16(n, x, y);
+        return;
+    }
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] = fmaf(ft_half_to_float(x[i + l]), ft_half_to_float(y[i + l]), acc[l]);
+    *s = ft_hsum16_ref(acc);
+}
+
+void ft_vec_dot_f16_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_f16(n, vx, vy);
 }
 
 /* One lane of vdpbf16ps (AVX512_BF16), as measured on the hardware:
@@ -148,18 +163,9 @@ static inline float dpbf16_lane(float acc, const uint16_t *x, const uint16_t *y)
     return ftz(acc + bf16_daz(x[0]) * bf16_daz(y[0]));
 }
 
-void ft_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const uint16_t *x = vx, *y = vy;
-    if (n % 32 == 0) { /* tinyBLAS with vdpbf16ps: 16 lanes, pairs */
-        float acc[16] = {0};
-        for (int64_t i = 0; i < n; i += 32)
-            for (int l = 0; l < 16; l++)
-                acc[l] = dpbf16_lane(acc[l], x + i + 2 * l, y + i + 2 * l);
-        *s = ft_hsum16_ref(acc);
-        return;
-    }
-    /* ggml_vec_dot_bf16 (AVX512_BF16): two vdpbf16ps accumulators over
-     * steps of 64, each reduced into a double, the tail in double */
+/* ggml_vec_dot_bf16 (AVX512_BF16): two vdpbf16ps accumulators over steps
+ * of 64, each reduced into a double, the tail in double. */
+static float dot64_ggml_bf16(int64_t n, const uint16_t *x, const uint16_t *y) {
     float c1[16] = {0}, c2[16] = {0};
     int64_t i = 0;
     for (; i + 64 <= n; i += 64)
@@ -172,7 +178,25 @@ void ft_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, 
     sumf += ft_hsum16_ref(c2);
     for (; i < n; i++)
         sumf += (double)(ft_bfloat_to_float(x[i]) * ft_bfloat_to_float(y[i]));
-    *s = (float)sumf;
+    return (float)sumf;
+}
+
+/* A batch: tinyBLAS with vdpbf16ps, 16 lanes of pairs. */
+void ft_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const uint16_t *x = vx, *y = vy;
+    if (n % 32 != 0) {
+        *s = dot64_ggml_bf16(n, x, y);
+        return;
+    }
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 32)
+        for (int l = 0; l < 16; l++)
+            acc[l] = dpbf16_lane(acc[l], x + i + 2 * l, y + i + 2 * l);
+    *s = ft_hsum16_ref(acc);
+}
+
+void ft_vec_dot_bf16_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_bf16(n, vx, vy);
 }
 
 /* ======================================================================== */
@@ -958,6 +982,28 @@ void ft_vec_dot_q2_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
     *s = acc - acc_min;
 }
 
+/* A single row: the repack GEMV adds each super-block's two integer sums
+ * with one FMA each. */
+void ft_vec_dot_q2_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q2_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int isum = 0, imin = 0;
+        for (int j = 0; j < 16; j++) {
+            int isuml = 0;
+            for (int l = 0; l < 16; l++)
+                isuml += y[i].qs[16 * j + l] * q2_at(x[i].qs, 16 * j + l);
+            isum += (x[i].scales[j] & 0x0f) * isuml;
+            imin += (x[i].scales[j] >> 4) * y[i].bsums[j];
+        }
+        acc = fmaf((float)isum, ft_half_to_float(x[i].d) * y[i].d, acc);
+        acc_min = fmaf((float)imin, ft_half_to_float(x[i].dmin) * y[i].d, acc_min);
+    }
+    *s = acc - acc_min;
+}
+
 /* ======================================================================== */
 /* Q3_K: 3-bit symmetric; per 16 elements a signed 6-bit scale.             */
 
@@ -1180,6 +1226,30 @@ void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
             acc = fmaf((float)isum, d, acc);
             acc_min = fmaf((float)imin, dmin, acc_min);
         }
+    }
+    *s = acc - acc_min;
+}
+
+/* A single row: the repack GEMV adds each super-block's two integer sums
+ * with one FMA each. */
+void ft_vec_dot_q4_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q4_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        int isum = 0, imin = 0;
+        for (int j = 0; j < 8; j++) {
+            int isub = 0;
+            for (int l = 0; l < 32; l++)
+                isub += q4k_at(x[i].qs, 32 * j + l) * y[i].qs[32 * j + l];
+            isum += sc[j] * isub;
+            imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        acc = fmaf((float)isum, ft_half_to_float(x[i].d) * y[i].d, acc);
+        acc_min = fmaf((float)imin, ft_half_to_float(x[i].dmin) * y[i].d, acc_min);
     }
     *s = acc - acc_min;
 }

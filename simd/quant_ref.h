@@ -245,4 +245,12 @@ void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
 void ft_vec_dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 
+/* The single-row (decode) dots where llama.cpp's kernel adds in another
+ * order than for a batch (ggml_vec_dot_f32/f16/bf16, repack GEMV). */
+void ft_vec_dot_f32_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_f16_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_bf16_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_q2_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_q4_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+
 #endif

@@ -75,6 +75,16 @@ struct ft_attn_kv {
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch);
 
+/* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
+ * (and dv a multiple of 16) goes through its tiled flash attention. */
+#define FT_ATTN_TILE 64
+/* The same attention as ggml's tiled flash attention computes it: Q in f32,
+ * keys in tiles of FT_ATTN_TILE positions (aligned to multiples of it),
+ * the softmax updated once per tile with ggml's vector exp, f32 V
+ * accumulator. scratch: at least FT_ATTN_TILE floats. */
+void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                            int32_t p0, int32_t p1, float *out, float *scratch);
+
 /* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type)
  * with its activation quantizer (from_float_act), row i at
  * out + i * ft_row_size(type, k). F32 copies. */
