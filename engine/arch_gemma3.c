@@ -110,7 +110,7 @@ static void gemma3_forward(struct ft_fwd *f) {
         if (il == hp->n_layer - 1)
             ft_blk_keep_out_rows(f); /* the rest only for rows that want logits */
         ft_blk_attention(f, il, 1.0f, window); /* Q is already scaled */
-        ft_blk_matmul(f, s->tmp, &l->wo, NULL, s->att);
+        ft_blk_attn_out(f, s->tmp, &l->wo, NULL, s->att);
         ft_blk_rmsnorm(f, s->tmp, s->tmp, &l->attn_post_norm);
         ft_blk_add(f, s->x, s->tmp, hp->n_embd);
 

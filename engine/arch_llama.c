@@ -68,7 +68,7 @@ void ft_llama_forward(struct ft_fwd *f) {
         if (il == hp->n_layer - 1)
             ft_blk_keep_out_rows(f); /* the rest only for rows that want logits */
         ft_blk_attention(f, il, hp->attn_scale, 0);
-        ft_blk_matmul(f, s->tmp, &l->wo, &l->bo, s->att);
+        ft_blk_attn_out(f, s->tmp, &l->wo, &l->bo, s->att);
         ft_blk_add(f, s->x, s->tmp, hp->n_embd);
 
         ft_blk_rmsnorm(f, s->xb, s->x, &l->ffn_norm);

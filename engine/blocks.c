@@ -2,11 +2,19 @@
  * RMS norm, projections (matmul dispatch), RoPE, KV store and attention
  * with GQA and sliding windows, gated MLP, the output head.
  *
- * Matmul follows ggml so quantized results agree closely with llama.cpp:
- * weights stay in their GGUF type; each activation row is converted once to
- * the weight type's vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and
- * weight rows are dotted against it with that type's vec_dot. The work is
- * split across the pool by output rows.
+ * Matmul follows ggml so results agree with llama.cpp's: weights stay in
+ * their GGUF type; each activation row is converted once to the weight
+ * type's vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) with its
+ * from_float_act, and weight rows are dotted against it with that type's
+ * vec_dot -- or vec_dot_gemv where llama.cpp would run its single-row
+ * kernel, which adds in another order (uses_gemv). The work is split
+ * across the pool by output rows.
+ *
+ * Those kernel choices, and the attention algorithm, depend in llama.cpp on
+ * how many rows a batch has; here on how many rows of the row's own
+ * sequence it has. A lone sequence (ft run, ft logits) gets llama.cpp's
+ * numbers exactly, and a sequence in a shared batch the numbers it gets
+ * alone (tests/unit/test_model_batch.c).
  *
  * Every function works on the rows of one internal batch (struct ft_fwd);
  * none allocates. */
@@ -40,6 +48,41 @@ void ft_layer_rope(const struct ft_model *m, int il, struct ft_rope *r) {
     r->beta_slow = hp->rope_beta_slow;
     r->n_ctx_orig = hp->rope_n_ctx_orig;
     r->freq_factors = m->rope_freqs.data;
+}
+
+/* ---- which kernel llama.cpp would use ------------------------------------------ */
+
+/* For each row, how many rows of its sequence are in rows[0, n) and its
+ * index among them. Batches are at most FT_UBATCH rows: quadratic is fine. */
+static void count_seq_rows(const int32_t *seq, int32_t n, int32_t *cnt, int32_t *idx) {
+    for (int32_t r = 0; r < n; r++) {
+        int32_t i = 0;
+        for (int32_t q = 0; q < r; q++)
+            i += seq[q] == seq[r];
+        idx[r] = i;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        int32_t c = idx[r] + 1;
+        for (int32_t q = r + 1; q < n; q++)
+            c += seq[q] == seq[r];
+        cnt[r] = c;
+    }
+}
+
+void ft_blk_rows_init(struct ft_fwd *f) {
+    struct ft_scratch *s = f->s;
+    count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
+    memcpy(s->row_att_n, s->row_seq_n, sizeof(int32_t) * (size_t)f->n_rows);
+    memcpy(s->row_att_i, s->row_seq_i, sizeof(int32_t) * (size_t)f->n_rows);
+}
+
+/* ggml multiplies the n activation rows of a matmul with its batch kernel
+ * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
+ * when n == 1 -- except for weights it repacks, which take rows in groups
+ * of gemm_rows and the n % gemm_rows left over one by one. n and i are the
+ * row's count and index in its sequence (struct ft_scratch). */
+static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
+    return n == 1 || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
 }
 
 /* ---- matmul dispatch ------------------------------------------------------- */
@@ -76,7 +119,8 @@ static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enu
 struct matmul_task {
     const struct ft_weight *w;
     const struct ft_weight *bias;
-    ft_vec_dot_fn dot;
+    ft_vec_dot_fn dot, dot_gemv;
+    const uint8_t *gemv; /* (n_tok) which of the two each token uses */
     const void *a;
     size_t a_row;
     int64_t n_tok;
@@ -95,8 +139,14 @@ static void matmul_run(void *ctx, int ith, int nth) {
     if (r1 <= r0)
         return;
     const void *wd = ft_weight_data(t->w, ft_threadpool_current_node()); /* node-local copy (--numa) */
-    ft_matmul_rows_ref(t->dot, wd, t->w->row_size, t->w->cols, r0, r1, t->a, t->a_row,
-                       t->n_tok, t->out, t->ld);
+    /* runs of tokens that use the same dot */
+    for (int64_t t0 = 0, t1; t0 < t->n_tok; t0 = t1) {
+        for (t1 = t0 + 1; t1 < t->n_tok && t->gemv[t1] == t->gemv[t0];)
+            t1++;
+        ft_matmul_rows_ref(t->gemv[t0] ? t->dot_gemv : t->dot, wd, t->w->row_size, t->w->cols, r0, r1,
+                           (const char *)t->a + (size_t)t0 * t->a_row, t->a_row, t1 - t0, t->out + t0 * t->ld,
+                           t->ld);
+    }
     if (t->bias && t->bias->data) {
         const float *b = t->bias->data;
         for (int64_t i = 0; i < t->n_tok; i++)
@@ -105,12 +155,20 @@ static void matmul_run(void *ctx, int ith, int nth) {
     }
 }
 
+/* att: count the rows as attention sees them (ft_blk_attn_out). */
 static void matmul_act(struct ft_fwd *f, float *out, int64_t ld, const struct ft_weight *w,
-                       const struct ft_weight *bias, const void *act, size_t act_row) {
+                       const struct ft_weight *bias, const void *act, size_t act_row, bool att) {
+    struct ft_scratch *s = f->s;
+    const struct ft_type_info *ti = ft_type_traits(w->type);
+    const int32_t *cnt = att ? s->row_att_n : s->row_seq_n, *idx = att ? s->row_att_i : s->row_seq_i;
+    for (int32_t r = 0; r < f->n_rows; r++)
+        s->row_gemv[r] = uses_gemv(ti, cnt[r], idx[r]);
     struct matmul_task t = {
         .w = w,
         .bias = bias,
-        .dot = ft_type_traits(w->type)->vec_dot,
+        .dot = ti->vec_dot,
+        .dot_gemv = ti->vec_dot_gemv,
+        .gemv = s->row_gemv,
         .a = act,
         .a_row = act_row,
         .n_tok = f->n_rows,
@@ -126,7 +184,17 @@ void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, cons
                    const float *in) {
     size_t row;
     const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
-    matmul_act(f, out, w->rows, w, bias, act, row);
+    matmul_act(f, out, w->rows, w, bias, act, row, false);
+}
+
+void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
+                     const float *in) {
+    /* llama.cpp keeps all rows of the batch through the last layer's
+     * output projection and only then selects the rows that want logits;
+     * we drop them before attention, but pick its kernels by all rows */
+    size_t row;
+    const void *act = convert_act(f, in, wo->cols, vdt_of(wo), &row);
+    matmul_act(f, out, wo->rows, wo, bo, act, row, true);
 }
 
 /* Several projections of the same input: convert once per distinct
@@ -142,7 +210,7 @@ static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *c
             act = convert_act(f, in, ws[i]->cols, vdt, &row);
             have = vdt;
         }
-        matmul_act(f, outs[i], ws[i]->rows, ws[i], bs[i], act, row);
+        matmul_act(f, outs[i], ws[i]->rows, ws[i], bs[i], act, row, false);
     }
 }
 
@@ -231,8 +299,12 @@ void ft_blk_keep_out_rows(struct ft_fwd *f) {
         memmove(s->q + o * wq, s->q + i * wq, (size_t)wq * sizeof(float));
         s->row_pos[o] = s->row_pos[i];
         s->row_seq[o] = s->row_seq[i];
+        s->row_att_n[o] = s->row_att_n[i];
+        s->row_att_i[o] = s->row_att_i[i];
     }
     f->n_rows = f->n_out;
+    /* the matmuls after this see only the kept rows, as llama.cpp's do */
+    count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
 }
 
 struct attn_task {
@@ -270,7 +342,13 @@ static void attn_run(void *ctx, int ith, int nth) {
         const int32_t p0 = t->window > 0 ? FT_MAX(0, pos - t->window + 1) : 0;
         const float *q = f->s->q + ((int64_t)r * hp->n_head + h) * hp->head_dim_k;
         float *out = f->s->att + ((int64_t)r * hp->n_head + h) * hp->head_dim_v;
-        ft_attention_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
+        /* ggml's CPU flash attention switches algorithm (and numerics) on
+         * the number of query rows -- all of them, also in the last layer
+         * where we only keep the rows that want logits */
+        if (f->s->row_att_n[r] >= FT_ATTN_TILE && hp->head_dim_v % 16 == 0)
+            ft_attention_tiled_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, (float *)tmp);
+        else
+            ft_attention_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
     }
 }
 

@@ -249,7 +249,7 @@ int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows
             return FT_EUNSUPPORTED;
         }
         const struct ft_type_info *vt = ft_type_traits(ti->vec_dot_type);
-        if (!vt || (ti->vec_dot_type != FT_TYPE_F32 && !vt->from_float) ||
+        if (!vt || (ti->vec_dot_type != FT_TYPE_F32 && !vt->from_float_act) ||
             ft_row_size(ti->vec_dot_type, cols) == 0) {
             FT_LOG_E("%s: tensor '%s' (%s, row length %lld): activations cannot be converted to %s",
                      path, name, ft_type_name(t->type), (long long)cols, ft_type_name(ti->vec_dot_type));
@@ -300,6 +300,11 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_pos);
     free(s->row_seq);
     free(s->row_out);
+    free(s->row_seq_n);
+    free(s->row_seq_i);
+    free(s->row_att_n);
+    free(s->row_att_i);
+    free(s->row_gemv);
     free(s->rope_cache);
     free(s->attn_tmp);
     memset(s, 0, sizeof(*s));
@@ -342,6 +347,11 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
     s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
     s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);
+    s->row_seq_n = grow(s->row_seq_n, N, sizeof(int32_t), &fail);
+    s->row_seq_i = grow(s->row_seq_i, N, sizeof(int32_t), &fail);
+    s->row_att_n = grow(s->row_att_n, N, sizeof(int32_t), &fail);
+    s->row_att_i = grow(s->row_att_i, N, sizeof(int32_t), &fail);
+    s->row_gemv = grow(s->row_gemv, N, sizeof(uint8_t), &fail);
     if (fail) {
         FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
         return FT_ENOMEM;
@@ -420,7 +430,12 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    m->s.attn_tmp_stride = ((size_t)m->hp.head_dim_k + 31) & ~(size_t)31;
+    /* uint16_t units: dk + dv halves (ft_attention_ref) or FT_ATTN_TILE
+     * floats (ft_attention_tiled_ref); 64-byte multiples keep floats aligned */
+    size_t stride = (size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v;
+    if (stride < 2 * FT_ATTN_TILE)
+        stride = 2 * FT_ATTN_TILE;
+    m->s.attn_tmp_stride = (stride + 31) & ~(size_t)31;
     m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
     m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
     if (!m->s.attn_tmp || !m->s.rope_cache) {
@@ -522,6 +537,7 @@ int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft
             .logits = logits ? logits + (size_t)out_done * (size_t)m->hp.n_vocab : NULL,
             .s = s,
         };
+        ft_blk_rows_init(&f);
         m->arch->forward(&f);
         for (int32_t i = 0; i < n; i++)
             ft_kv_cache_commit(kv, b->seq_id[start + i], b->pos[start + i]);

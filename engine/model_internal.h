@@ -109,6 +109,15 @@ struct ft_scratch {
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
     int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
+    /* Which kernels llama.cpp would run for a row (blocks.c): the number of
+     * rows of the row's sequence in this batch and the row's index among
+     * them -- as the matmuls see them (after ft_blk_keep_out_rows: among the
+     * kept rows), and as attention and the last attention output projection
+     * see them (the whole batch). Per sequence, so that a sequence gets the
+     * numerics it gets alone whatever shares its batch. */
+    int32_t *row_seq_n, *row_seq_i;
+    int32_t *row_att_n, *row_att_i;
+    uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
     float *rope_cache;  /* (head_dim_k) cos/sin of one position */
     uint16_t *attn_tmp; /* per thread: attn_tmp_stride fp16 (Q of one head) */
     size_t attn_tmp_stride;
@@ -200,6 +209,10 @@ void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct f
 /* out (n_rows, w->rows) = in (n_rows, w->cols) W^T (+ bias). */
 void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
                    const float *in);
+/* The attention output projection: ft_blk_matmul, numerically as llama.cpp
+ * does it also after ft_blk_keep_out_rows (see blocks.c). */
+void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
+                     const float *in);
 /* q, k, v = xb projections with optional biases. */
 void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l);
 /* Rotate every head of x (n_rows rows of n_head heads of hd) at the rows' positions. */
@@ -208,6 +221,8 @@ void ft_blk_rope(struct ft_fwd *f, float *x, int32_t n_head, int32_t hd, const s
 void ft_blk_scale(struct ft_fwd *f, float *x, int64_t width, float scale);
 /* Store every row's K and V (fp16) in the cache of layer il. */
 void ft_blk_kv_store(struct ft_fwd *f, int il);
+/* Fill the row_seq_* / row_att_* arrays for a new batch. */
+void ft_blk_rows_init(struct ft_fwd *f);
 /* Keep only the rows that want logits in x and q (and their positions). */
 void ft_blk_keep_out_rows(struct ft_fwd *f);
 /* att = attention of q over the cache of layer il; window > 0 limits it

@@ -1,12 +1,23 @@
 /* Scalar reference ops of the forward pass (include/ft/ops.h).
  *
- * Never optimized: these define the answer. Where ggml's order of
- * operations changes the low bits in a way that shows in logits, the loops
- * below follow it and say so, because the engine is checked against
- * llama.cpp's outputs (../shared/models). */
+ * Never optimized: these define the answer, which is what llama.cpp's x86
+ * CPU backend (ggml built with FMA, as its releases are) computes, bit for
+ * bit: with the shared reference models (../shared/models) the logits
+ * agree to the 5 decimals llama.cpp printed. That takes the same order of
+ * operations, and fused multiply-adds exactly where GCC contracts ggml's
+ * expressions (-ffp-contract=fast is its default for GNU C) -- written out
+ * with fmaf() below, each checked against ggml's output; everything else
+ * must not be contracted, hence the pragma. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include "ft/ops.h"
 
 #include "fp16.h"
+#include "reduce_ref.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,8 +89,11 @@ void ft_rope_apply_ref(float *x, int n_dims, bool neox, const float *cache) {
         const int b = neox ? i + half : 2 * i + 1;
         const float x0 = x[a];
         const float x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
+        /* ggml's x0*c - x1*s and x0*s + x1*c as GCC contracts them
+         * (-ffp-contract=fast with FMA, how llama.cpp is built for x86):
+         * the first product fused, the second rounded. */
+        x[a] = fmaf(x0, c, -(x1 * s));
+        x[b] = fmaf(x0, s, x1 * c);
     }
 }
 
@@ -101,12 +115,32 @@ void ft_softmax_ref(float *x, int64_t n) {
         x[i] *= inv;
 }
 
-float ft_silu_ref(float x) { return x / (1.0f + expf(-x)); }
+/* ggml_v_expf: the exp that ggml's SIMD SiLU uses on x86 (AVX2 and
+ * AVX-512 give the same result in range: 2^n * a polynomial of the
+ * remainder, max error ~1.5 ulp vs libm). Written with fmaf where ggml uses
+ * FMA instructions so the bits agree. */
+static float ggml_v_expf(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f)
+        return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
+}
+
+float ft_silu_ref(float x) { return x / (1.0f + ggml_v_expf(-x)); }
 
 float ft_gelu_tanh_ref(float x) {
     const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
     const float coef_a = 0.044715f;
-    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+    /* 1 + a x^2 as fma(a x, x, 1): how GCC contracts ggml_gelu_f32 when it
+     * fills ggml's fp16 GELU table (checked against the table of all 65536
+     * inputs; one entry differs without the FMA). */
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f)));
 }
 
 void ft_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
@@ -137,10 +171,10 @@ void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int6
     const size_t row = ft_row_size(type, k);
     for (int64_t i = 0; i < n_rows; i++) {
         char *dst = (char *)out + (size_t)i * row;
-        if (type == FT_TYPE_F32 || !ti->from_float)
+        if (type == FT_TYPE_F32 || !ti->from_float_act)
             memcpy(dst, x + i * k, (size_t)k * sizeof(float));
         else
-            ti->from_float(x + i * k, dst, k);
+            ti->from_float_act(x + i * k, dst, k);
     }
 }
 
@@ -158,47 +192,157 @@ void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size,
 
 /* ---- attention ------------------------------------------------------------ */
 
-/* Numerics, compared with ggml's CPU flash attention (what llama.cpp runs):
- * Q is rounded to fp16 and dotted with the fp16 K row in f32, as ggml does
- * for an F16 cache. ggml then keeps the V accumulator in fp16 for batches
- * under 64 tokens (and in f32 for larger ones); we keep it in f32 always.
- * An fp16 accumulator loses small contributions once it has grown (2^-11
- * relative per add) and can overflow past 65504 on long, flat attention;
- * matching it would move our logits on the shared reference models by ~0.01
- * toward llama.cpp's, which is not worth that risk at long context. */
+static inline int64_t kv_cell(const struct ft_attn_kv *kv, int32_t j) {
+    return (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens + j % kv->block_tokens;
+}
+
+/* ggml_vec_dot_f16 of ggml's AVX-512 build (the F16 K cache times Q, which
+ * flash attention has rounded to fp16): four 16-lane FMA accumulators over
+ * steps of 64, folded 0+2, 1+3, then 0+1 and reduced; a tail that is not a
+ * multiple of 64 is added product by product in double. */
+static float dot_f16_ggml(int64_t n, const uint16_t *x, const uint16_t *y) {
+    const int64_t np = n & ~(int64_t)63;
+    float sum[4][16] = {{0}};
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                sum[j][l] = fmaf(ft_half_to_float(x[i + 16 * j + l]), ft_half_to_float(y[i + 16 * j + l]), sum[j][l]);
+    for (int l = 0; l < 16; l++) {
+        sum[0][l] += sum[2][l];
+        sum[1][l] += sum[3][l];
+    }
+    for (int l = 0; l < 16; l++)
+        sum[0][l] += sum[1][l];
+    double sumf = ft_hsum16_ref(sum[0]);
+    for (int64_t i = np; i < n; i++)
+        sumf += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
+    return (float)sumf;
+}
+
+/* Attention as ggml's CPU flash attention computes it for an F16 cache
+ * (ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk), which is
+ * what llama.cpp runs for a batch of fewer than 64 query rows per head --
+ * every decode step and short prompts:
+ *   Q is rounded to fp16 and each score is ggml_vec_dot_f16(K row, Q)
+ *   (dot_f16_ggml) times scale;
+ *   an online softmax over the keys in position order, whose V accumulator
+ *   is fp16: on a new maximum it is scaled by exp(old - new) and rounded,
+ *   then V * exp(score - max) is added with one FMA and rounded again;
+ *   the output is the accumulator in f32 times 1/sum.
+ * The fp16 rounding of the accumulator is not noise to be ignored: it
+ * moves each output by up to 2^-11 relative, and quantized models
+ * re-quantize that output to 8 bits, so without it our logits differed
+ * from llama.cpp's by up to 0.3 on the shared reference models.
+ * An fp16 accumulator can overflow (past 65504) on long, flat attention
+ * over large values, where ggml returns inf; in that case only, we redo the
+ * row with an f32 accumulator. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch) {
     uint16_t *q16 = scratch;
+    uint16_t *acc = scratch + dk;
     for (int64_t d = 0; d < dk; d++)
         q16[d] = ft_float_to_half(q[d]);
+
+    for (int pass = 0; pass < 2; pass++) {
+        const bool f16_acc = pass == 0;
+        for (int64_t d = 0; d < dv; d++) {
+            acc[d] = 0;
+            out[d] = 0.0f;
+        }
+        bool overflow = false;
+        float m = -INFINITY; /* running max of the scores */
+        float s = 0.0f;      /* running sum of exp(score - m) */
+        for (int32_t j = p0; j <= p1; j++) {
+            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            const float sc = dot_f16_ggml(dk, kr, q16) * scale;
+
+            float ms = 1.0f; /* rescale of what was accumulated so far */
+            float vs = 1.0f; /* weight of this position */
+            if (sc > m) {
+                ms = expf(m - sc);
+                m = sc;
+                for (int64_t d = 0; d < dv; d++) {
+                    if (f16_acc)
+                        acc[d] = ft_float_to_half(ft_half_to_float(acc[d]) * ms);
+                    else
+                        out[d] *= ms;
+                }
+            } else {
+                vs = expf(sc - m);
+            }
+            for (int64_t d = 0; d < dv; d++) {
+                if (f16_acc) {
+                    acc[d] = ft_float_to_half(fmaf(ft_half_to_float(vr[d]), vs, ft_half_to_float(acc[d])));
+                    overflow |= (acc[d] & 0x7c00u) == 0x7c00u;
+                } else {
+                    out[d] = fmaf(ft_half_to_float(vr[d]), vs, out[d]);
+                }
+            }
+            s = fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
+        }
+        if (f16_acc && overflow)
+            continue;
+        const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+        for (int64_t d = 0; d < dv; d++)
+            out[d] = (f16_acc ? ft_half_to_float(acc[d]) : out[d]) * inv;
+        return;
+    }
+}
+
+/* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for 64 or
+ * more query rows, one query row at a time (its rows are independent):
+ *   per tile of 64 key positions: scores q.k as a chain of FMAs over the
+ *   head dimension in order (simd_gemm with Q and K in f32), times scale;
+ *   the tile's max updates the running max (rescaling the accumulator and
+ *   the sum by exp(old - new)); p = ggml_v_expf(score - max), summed in
+ *   double by 16-lane groups and added to the float sum; then each output
+ *   element gets p[k] * v[k] added with FMA over the tile in order.
+ *   Masked keys score -inf (p = 0), which leaves the FMA chain unchanged,
+ *   so they are skipped. */
+void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                            int32_t p0, int32_t p1, float *out, float *scratch) {
+    float *p = scratch; /* FT_ATTN_TILE */
     for (int64_t d = 0; d < dv; d++)
         out[d] = 0.0f;
-
-    float m = -INFINITY; /* running max of the scores */
-    float s = 0.0f;      /* running sum of exp(score - m) */
-    for (int32_t j = p0; j <= p1; j++) {
-        const int64_t cell = (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens +
-                             j % kv->block_tokens;
-        const uint16_t *kr = kv->k + cell * kv->k_row;
-        const uint16_t *vr = kv->v + cell * kv->v_row;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < dk; d++)
-            dot += ft_half_to_float(q16[d]) * ft_half_to_float(kr[d]);
-        const float sc = dot * scale;
-
-        float ms = 1.0f; /* rescale of what was accumulated so far */
-        float vs = 1.0f; /* weight of this position */
-        if (sc > m) {
-            ms = expf(m - sc);
-            m = sc;
+    float m = -INFINITY, s = 0.0f;
+    for (int32_t t0 = p0 - p0 % FT_ATTN_TILE; t0 <= p1; t0 += FT_ATTN_TILE) {
+        float tile_max = -INFINITY;
+        for (int k = 0; k < FT_ATTN_TILE; k++) {
+            const int32_t j = t0 + k;
+            p[k] = -INFINITY;
+            if (j < p0 || j > p1)
+                continue;
+            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            float dot = 0.0f;
+            for (int64_t d = 0; d < dk; d++)
+                dot = fmaf(ft_half_to_float(kr[d]), q[d], dot);
+            p[k] = dot * scale;
+            tile_max = fmaxf(tile_max, p[k]);
+        }
+        const float m_new = fmaxf(m, tile_max);
+        if (m_new > m) {
+            const float ms = expf(m - m_new);
             for (int64_t d = 0; d < dv; d++)
                 out[d] *= ms;
-        } else {
-            vs = expf(sc - m);
+            s *= ms;
         }
-        for (int64_t d = 0; d < dv; d++)
-            out[d] += vs * ft_half_to_float(vr[d]);
-        s = s * ms + vs;
+        m = m_new;
+        double sum = 0.0;
+        for (int g = 0; g < FT_ATTN_TILE; g += 16) {
+            for (int k = g; k < g + 16; k++)
+                p[k] = ggml_v_expf(p[k] - m);
+            sum += ft_hsum16_ref(p + g);
+        }
+        s = (float)((double)s + sum);
+        for (int k = 0; k < FT_ATTN_TILE; k++) {
+            const int32_t j = t0 + k;
+            if (j < p0 || j > p1)
+                continue;
+            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            for (int64_t d = 0; d < dv; d++)
+                out[d] = fmaf(ft_half_to_float(vr[d]), p[k], out[d]);
+        }
     }
     const float inv = s == 0.0f ? 0.0f : 1.0f / s;
     for (int64_t d = 0; d < dv; d++)

@@ -7,17 +7,24 @@
  *                operation order, same rounding tricks (nearest_int(),
  *                roundf(), truncating casts), so the bytes are identical.
  *   dequantize = ggml's dequantize_row_*: the same floats.
- *   vec_dot    = ggml's generic dot product against the activation type
- *                (Q8_0, Q8_1 or Q8_K): the same integer sums, combined in
- *                the same float order, so quantized matmuls agree with
- *                llama.cpp's reference numerics.
+ *   vec_dot    = the dot product against the activation type (F32, F16,
+ *                BF16, Q8_0, Q8_1 or Q8_K) that llama.cpp's x86 CPU backend
+ *                computes for a batch of tokens (ggml's AVX-512 build: the
+ *                llamafile tinyBLAS, repack GEMM or AVX2 vec_dot kernel the
+ *                type goes through): the same integer sums, combined in the
+ *                same float order with the same FMAs, so quantized matmuls
+ *                give llama.cpp's results bit for bit. Each function says
+ *                which kernel it mirrors.
+ * Activations are converted with the vec_dot type's from_float_act (types.h):
+ * for Q8_0/Q8_1 that is the x86 backend's rounding, not the reference
+ * quantizer's.
  * These are the answers the per-ISA kernels in simd/x86, simd/arm are
  * tested against: clarity first, but no per-element indirect calls.
  *
  * Bit-exactness needs IEEE single-precision arithmetic done exactly as
- * written: no contraction of a*b+c into a fused multiply-add (which
- * -march=native would otherwise allow), no reassociation (never build this
- * file with -ffast-math).
+ * written: fused multiply-adds only where fmaf() says so, no other
+ * contraction of a*b+c (which -march=native would otherwise allow), no
+ * reassociation (never build this file with -ffast-math).
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -28,6 +35,7 @@
 #include "quant_ref.h"
 
 #include "fp16.h"
+#include "reduce_ref.h"
 
 #include <float.h>
 #include <math.h>
@@ -48,8 +56,7 @@ static inline int nearest_int(float f) {
 }
 
 /* ======================================================================== */
-/* F32: the identity, and a dot product accumulated in double as ggml's     */
-/* scalar ggml_vec_dot_f32 does.                                            */
+/* F32: the identity, and the dot of ggml's AVX-512 build (below).         */
 
 void ft_dequantize_row_f32_ref(const void *restrict x, float *restrict y, int64_t n) {
     memcpy(y, x, (size_t)n * sizeof(float));
@@ -59,32 +66,137 @@ void ft_quantize_row_f32_ref(const float *restrict x, void *restrict y, int64_t 
     memcpy(y, x, (size_t)n * sizeof(float));
 }
 
+/* Row length a multiple of 16: llamafile's tinyBLAS (ggml's AVX-512 build,
+ * every matmul of two or more tokens): 16 lanes, lane l accumulating
+ * x[16k + l] * y[16k + l] with FMA, then _mm512_reduce_add_ps. */
+static float dot16_fma(int64_t n, const float *x, const float *y) {
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
+    return ft_hsum16_ref(acc);
+}
+
+/* Otherwise ggml_vec_dot_f32 (AVX-512): four 16-lane FMA accumulators over
+ * steps of 64, folded 0+2, 1+3, 0+1, reduced; the tail FMA'd into the float
+ * sum (GCC contracts sumf += x*y there). */
+static float dot64_ggml_f32(int64_t n, const float *x, const float *y) {
+    const int64_t np = n & ~(int64_t)63;
+    float sum[4][16] = {{0}};
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                sum[j][l] = fmaf(x[i + 16 * j + l], y[i + 16 * j + l], sum[j][l]);
+    for (int l = 0; l < 16; l++) {
+        sum[0][l] += sum[2][l];
+        sum[1][l] += sum[3][l];
+    }
+    for (int l = 0; l < 16; l++)
+        sum[0][l] += sum[1][l];
+    float sumf = ft_hsum16_ref(sum[0]);
+    for (int64_t i = np; i < n; i++)
+        sumf = fmaf(x[i], y[i], sumf);
+    return sumf;
+}
+
+/* A batch of tokens (tinyBLAS) when the row length allows it, else
+ * ggml_vec_dot_f32 as for a single row. */
 void ft_vec_dot_f32_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const float *x = vx, *y = vy;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)(x[i] * y[i]);
-    *s = (float)sum;
+    *s = n % 16 == 0 ? dot16_fma(n, x, y) : dot64_ggml_f32(n, x, y);
+}
+
+void ft_vec_dot_f32_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_f32(n, vx, vy);
 }
 
 /* ======================================================================== */
-/* F16 / BF16: conversions in simd/fp16.c; products of the converted floats */
-/* rounded to float, accumulated in double (ggml_vec_dot_f16/bf16 scalar).  */
+/* F16 / BF16: conversions in simd/fp16.c; the dots of ggml's AVX-512      */
+/* build (with AVX512_BF16 for BF16).                                        */
 
-void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const uint16_t *x = vx, *y = vy;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
-    *s = (float)sum;
+/* ggml_vec_dot_f16 (AVX-512 without FP16 arithmetic): as ggml_vec_dot_f32,
+ * but the sum and its tail in double. */
+static float dot64_ggml_f16(int64_t n, const uint16_t *x, const uint16_t *y) {
+    const int64_t np = n & ~(int64_t)63;
+    float sum[4][16] = {{0}};
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++)
+                sum[j][l] = fmaf(ft_half_to_float(x[i + 16 * j + l]), ft_half_to_float(y[i + 16 * j + l]), sum[j][l]);
+    for (int l = 0; l < 16; l++) {
+        sum[0][l] += sum[2][l];
+        sum[1][l] += sum[3][l];
+    }
+    for (int l = 0; l < 16; l++)
+        sum[0][l] += sum[1][l];
+    double sumf = ft_hsum16_ref(sum[0]);
+    for (int64_t i = np; i < n; i++)
+        sumf += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
+    return (float)sumf;
 }
 
+/* A batch: tinyBLAS on the fp16 operands converted to f32. */
+void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const uint16_t *x = vx, *y = vy;
+    if (n % 16 != 0) {
+        *s = dot64_ggml_f16(n, x, y);
+        return;
+    }
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++)
+            acc[l] = fmaf(ft_half_to_float(x[i + l]), ft_half_to_float(y[i + l]), acc[l]);
+    *s = ft_hsum16_ref(acc);
+}
+
+void ft_vec_dot_f16_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_f16(n, vx, vy);
+}
+
+/* One lane of vdpbf16ps (AVX512_BF16), as measured on the hardware:
+ * acc + x[1]y[1] rounded, then + x[0]y[0] rounded; the bf16 products are
+ * exact in f32; denormal inputs and results are flushed to zero. */
+static inline float ftz(float v) { return fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v; }
+static inline float bf16_daz(uint16_t h) { return (h & 0x7f80u) == 0 ? copysignf(0.0f, ft_bfloat_to_float(h)) : ft_bfloat_to_float(h); }
+static inline float dpbf16_lane(float acc, const uint16_t *x, const uint16_t *y) {
+    acc = ftz(acc + bf16_daz(x[1]) * bf16_daz(y[1]));
+    return ftz(acc + bf16_daz(x[0]) * bf16_daz(y[0]));
+}
+
+/* ggml_vec_dot_bf16 (AVX512_BF16): two vdpbf16ps accumulators over steps
+ * of 64, each reduced into a double, the tail in double. */
+static float dot64_ggml_bf16(int64_t n, const uint16_t *x, const uint16_t *y) {
+    float c1[16] = {0}, c2[16] = {0};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int l = 0; l < 16; l++) {
+            c1[l] = dpbf16_lane(c1[l], x + i + 2 * l, y + i + 2 * l);
+            c2[l] = dpbf16_lane(c2[l], x + i + 32 + 2 * l, y + i + 32 + 2 * l);
+        }
+    double sumf = 0.0;
+    sumf += ft_hsum16_ref(c1);
+    sumf += ft_hsum16_ref(c2);
+    for (; i < n; i++)
+        sumf += (double)(ft_bfloat_to_float(x[i]) * ft_bfloat_to_float(y[i]));
+    return (float)sumf;
+}
+
+/* A batch: tinyBLAS with vdpbf16ps, 16 lanes of pairs. */
 void ft_vec_dot_bf16_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const uint16_t *x = vx, *y = vy;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)(ft_bfloat_to_float(x[i]) * ft_bfloat_to_float(y[i]));
-    *s = (float)sum;
+    if (n % 32 != 0) {
+        *s = dot64_ggml_bf16(n, x, y);
+        return;
+    }
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n; i += 32)
+        for (int l = 0; l < 16; l++)
+            acc[l] = dpbf16_lane(acc[l], x + i + 2 * l, y + i + 2 * l);
+    *s = ft_hsum16_ref(acc);
+}
+
+void ft_vec_dot_bf16_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    *s = dot64_ggml_bf16(n, vx, vy);
 }
 
 /* ======================================================================== */
@@ -116,18 +228,27 @@ void ft_dequantize_row_q8_0_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* The 8-lane order of ggml's x86 dots of 32-element blocks (vec_dot AVX2
+ * and llamafile's tinyBLAS_Q0_AVX): lane l holds the integer products of
+ * elements 4l..4l+3 of a block and accumulates d * lane with FMA across
+ * blocks; hsum_float_8 at the end. wq: the weight quants as signed values. */
+static inline void q32_lanes_fma(float acc[8], const int8_t *restrict wq, const int8_t *restrict aq, float d) {
+    for (int l = 0; l < 8; l++) {
+        int sumi = 0;
+        for (int k = 4 * l; k < 4 * l + 4; k++)
+            sumi += wq[k] * aq[k];
+        acc[l] = fmaf(d, (float)sumi, acc[l]);
+    }
+}
+
 void ft_vec_dot_q8_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q8_0 *x = vx;
     const ft_block_q8_0 *y = vy;
     const int64_t nb = n / FT_QK8_0;
-    float sumf = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < FT_QK8_0; j++)
-            sumi += x[i].qs[j] * y[i].qs[j];
-        sumf += sumi * (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
-    }
-    *s = sumf;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < nb; i++)
+        q32_lanes_fma(acc, x[i].qs, y[i].qs, ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
+    *s = ft_hsum8_ref(acc);
 }
 
 /* ======================================================================== */
@@ -150,6 +271,47 @@ void ft_quantize_row_q8_1_ref(const float *restrict x, void *restrict vy, int64_
             sum += y[i].qs[j];
         }
         y[i].s = ft_float_to_half(sum * d);
+    }
+}
+
+/* Activations in Q8_0 / Q8_1 as llama.cpp's x86 CPU backend makes them
+ * (the SIMD quantize_row_q8_0/q8_1 of ggml-cpu/arch/x86/quants.c, and the
+ * repack quantize_mat_q8_0 that mirrors them): the multiplier is
+ * 127 / amax, not 1 / d, and q is rounded to nearest even, not away from
+ * zero. The two differ in the last bit of the multiplier in about a
+ * quarter of the blocks, so a few activations in ten thousand land on the
+ * neighbouring integer -- and every such flip moves the matmul outputs of
+ * that token. Weights keep the reference quantizer above (llama-quantize's
+ * bytes). */
+static float quantize_block_q8_act(const float *restrict x, int8_t *restrict qs, int *restrict sum) {
+    float amax = 0.0f;
+    for (int j = 0; j < FT_QK8_0; j++)
+        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
+    const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    int s = 0;
+    for (int j = 0; j < FT_QK8_0; j++) {
+        qs[j] = (int8_t)nearbyintf(x[j] * id); /* ties to even (default rounding mode) */
+        s += qs[j];
+    }
+    *sum = s;
+    return amax / 127.f;
+}
+
+void ft_quantize_row_q8_0_act_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / FT_QK8_0; i++) {
+        int sum;
+        y[i].d = ft_float_to_half(quantize_block_q8_act(x + i * FT_QK8_0, y[i].qs, &sum));
+    }
+}
+
+void ft_quantize_row_q8_1_act_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / FT_QK8_1; i++) {
+        int sum;
+        const float d = quantize_block_q8_act(x + i * FT_QK8_1, y[i].qs, &sum);
+        y[i].d = ft_float_to_half(d);
+        y[i].s = ft_float_to_half(d * (float)sum);
     }
 }
 
@@ -204,20 +366,23 @@ void ft_dequantize_row_q4_0_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml's AVX2/AVX-512 build repacks Q4_0 weights with a multiple of 8 rows
+ * (repack.cpp, q4_0_8x8) and its GEMM/GEMV add each block's integer dot
+ * with one FMA: acc = fma((float)sumi, dx * dy, acc). */
 void ft_vec_dot_q4_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q4_0 *x = vx;
     const ft_block_q8_0 *y = vy;
     const int64_t nb = n / FT_QK8_0;
-    float sumf = 0.0f;
+    float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         int sumi = 0;
         for (int j = 0; j < FT_QK8_0 / 2; j++) {
             sumi += ((x[i].qs[j] & 0x0f) - 8) * y[i].qs[j];
             sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + FT_QK8_0 / 2];
         }
-        sumf += sumi * ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d);
+        acc = fmaf((float)sumi, ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d), acc);
     }
-    *s = sumf;
+    *s = acc;
 }
 
 /* ======================================================================== */
@@ -262,22 +427,24 @@ void ft_dequantize_row_q4_1_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml_vec_dot_q4_1_q8_1 (AVX2): the 8-lane order for dx dy sum(qx qy),
+ * and the offsets m * s summed with FMA in a float of their own. */
 void ft_vec_dot_q4_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q4_1 *x = vx;
     const ft_block_q8_1 *y = vy;
     const int64_t nb = n / FT_QK8_1;
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    float summs = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        int sumi = 0;
+        summs = fmaf(ft_half_to_float(x[i].m), ft_half_to_float(y[i].s), summs);
+        int8_t w[FT_QK8_1];
         for (int j = 0; j < FT_QK8_1 / 2; j++) {
-            sumi += (x[i].qs[j] & 0x0f) * y[i].qs[j];
-            sumi += (x[i].qs[j] >> 4) * y[i].qs[j + FT_QK8_1 / 2];
+            w[j] = (int8_t)(x[i].qs[j] & 0x0f);
+            w[j + FT_QK8_1 / 2] = (int8_t)(x[i].qs[j] >> 4);
         }
-        /* sum(d_x q_x d_y q_y) + m_x * sum(d_y q_y) = dx dy sumi + m s */
-        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi +
-                ft_half_to_float(x[i].m) * ft_half_to_float(y[i].s);
+        q32_lanes_fma(acc, w, y[i].qs, ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
     }
-    *s = sumf;
+    *s = ft_hsum8_ref(acc) + summs;
 }
 
 /* ======================================================================== */
@@ -343,21 +510,22 @@ void ft_dequantize_row_q5_0_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* tinyBLAS_Q0_AVX and ggml_vec_dot_q5_0_q8_0 (AVX2): the 8-lane order. */
 void ft_vec_dot_q5_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q5_0 *x = vx;
     const ft_block_q8_0 *y = vy;
     const int64_t nb = n / FT_QK8_0;
-    float sumf = 0.0f;
+    float acc[8] = {0};
     for (int64_t i = 0; i < nb; i++) {
         const uint32_t qh = load_qh(x[i].qh);
-        int sumi = 0;
+        int8_t w[FT_QK8_0];
         for (int j = 0; j < FT_QK8_0 / 2; j++) {
-            sumi += (q5_lo(x[i].qs, qh, j) - 16) * y[i].qs[j];
-            sumi += (q5_hi(x[i].qs, qh, j) - 16) * y[i].qs[j + FT_QK8_0 / 2];
+            w[j] = (int8_t)(q5_lo(x[i].qs, qh, j) - 16);
+            w[j + FT_QK8_0 / 2] = (int8_t)(q5_hi(x[i].qs, qh, j) - 16);
         }
-        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi;
+        q32_lanes_fma(acc, w, y[i].qs, ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
     }
-    *s = sumf;
+    *s = ft_hsum8_ref(acc);
 }
 
 void ft_quantize_row_q5_1_ref(const float *restrict x, void *restrict vy, int64_t n) {
@@ -404,22 +572,24 @@ void ft_dequantize_row_q5_1_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml_vec_dot_q5_1_q8_1 (AVX2): as Q4_1. */
 void ft_vec_dot_q5_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q5_1 *x = vx;
     const ft_block_q8_1 *y = vy;
     const int64_t nb = n / FT_QK8_1;
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    float summs = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        summs = fmaf(ft_half_to_float(x[i].m), ft_half_to_float(y[i].s), summs);
         const uint32_t qh = load_qh(x[i].qh);
-        int sumi = 0;
+        int8_t w[FT_QK8_1];
         for (int j = 0; j < FT_QK8_1 / 2; j++) {
-            sumi += q5_lo(x[i].qs, qh, j) * y[i].qs[j];
-            sumi += q5_hi(x[i].qs, qh, j) * y[i].qs[j + FT_QK8_1 / 2];
+            w[j] = (int8_t)q5_lo(x[i].qs, qh, j);
+            w[j + FT_QK8_1 / 2] = (int8_t)q5_hi(x[i].qs, qh, j);
         }
-        sumf += (ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d)) * sumi +
-                ft_half_to_float(x[i].m) * ft_half_to_float(y[i].s);
+        q32_lanes_fma(acc, w, y[i].qs, ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d));
     }
-    *s = sumf;
+    *s = ft_hsum8_ref(acc) + summs;
 }
 
 /* ======================================================================== */
@@ -652,15 +822,20 @@ static void k4_scales(const uint8_t *restrict packed, int *restrict sc, int *res
     }
 }
 
-/* The K-quant dot products accumulate, like ggml's generic code, the
- * integer products scale[s] * w[i] * a[i] of a block into 8 int32 lanes by
- * i % 8, then add d * lane into 8 float sums across blocks, and only at the
- * end add the 8 sums. The lane split changes the float rounding, so it is
- * part of the reference answer. */
+/* The lane split of ggml's AVX2 K-quant dots (Q3_K, Q5_K, Q6_K): the
+ * integer products scale * w[i] * a[i] of a super-block go to 8 int32
+ * lanes by (i % 32) / 4 (maddubs + madd over 32-byte chunks); each lane is
+ * then added as d * lane with FMA into 8 float sums across super-blocks,
+ * and hsum_float_8 adds those at the end. */
 static inline void lanes_add(int32_t lanes[8], const int8_t *restrict w, const int8_t *restrict a,
                              const int *restrict scale, int group) {
     for (int i = 0; i < FT_QK_K; i++)
-        lanes[i % 8] += scale[i / group] * (w[i] * a[i]);
+        lanes[(i % 32) / 4] += scale[i / group] * (w[i] * a[i]);
+}
+
+static inline void lanes_fma(float acc[8], const int32_t lanes[8], float d) {
+    for (int l = 0; l < 8; l++)
+        acc[l] = fmaf(d, (float)lanes[l], acc[l]);
 }
 
 /* ======================================================================== */
@@ -778,28 +953,55 @@ void ft_dequantize_row_q2_K_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml's AVX-512 build repacks Q2_K weights with a multiple of 8 rows
+ * (repack.cpp, q2_K_8x8). Its GEMM adds, per half super-block (128
+ * elements), the integer sum of scale * q2 * q8 with one FMA into acc and
+ * the integer sum of min * bsum with one FMA into acc_min, and returns
+ * acc - acc_min. */
 void ft_vec_dot_q2_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q2_K *x = vx;
     const ft_block_q8_K *y = vy;
     const int64_t nb = n / FT_QK_K;
-    float sumf = 0.0f;
+    float acc = 0.0f, acc_min = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        /* sum over sub-blocks of mn * sum(q8) via the precomputed bsums */
-        int summs = 0;
-        for (int j = 0; j < 16; j++)
-            summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
-        int isum = 0;
+        const float dall = ft_half_to_float(x[i].d) * y[i].d;
+        const float dmin = ft_half_to_float(x[i].dmin) * y[i].d;
+        for (int h = 0; h < 2; h++) {
+            int isum = 0, imin = 0;
+            for (int j = 8 * h; j < 8 * h + 8; j++) {
+                int isuml = 0;
+                for (int l = 0; l < 16; l++)
+                    isuml += y[i].qs[16 * j + l] * q2_at(x[i].qs, 16 * j + l);
+                isum += (x[i].scales[j] & 0x0f) * isuml;
+                imin += (x[i].scales[j] >> 4) * y[i].bsums[j];
+            }
+            acc = fmaf((float)isum, dall, acc);
+            acc_min = fmaf((float)imin, dmin, acc_min);
+        }
+    }
+    *s = acc - acc_min;
+}
+
+/* A single row: the repack GEMV adds each super-block's two integer sums
+ * with one FMA each. */
+void ft_vec_dot_q2_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q2_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int isum = 0, imin = 0;
         for (int j = 0; j < 16; j++) {
             int isuml = 0;
             for (int l = 0; l < 16; l++)
                 isuml += y[i].qs[16 * j + l] * q2_at(x[i].qs, 16 * j + l);
             isum += (x[i].scales[j] & 0x0f) * isuml;
+            imin += (x[i].scales[j] >> 4) * y[i].bsums[j];
         }
-        const float dall = y[i].d * ft_half_to_float(x[i].d);
-        const float dmin = y[i].d * ft_half_to_float(x[i].dmin);
-        sumf += dall * isum - dmin * summs;
+        acc = fmaf((float)isum, ft_half_to_float(x[i].d) * y[i].d, acc);
+        acc_min = fmaf((float)imin, ft_half_to_float(x[i].dmin) * y[i].d, acc_min);
     }
-    *s = sumf;
+    *s = acc - acc_min;
 }
 
 /* ======================================================================== */
@@ -885,11 +1087,12 @@ void ft_dequantize_row_q3_K_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml_vec_dot_q3_K_q8_K (AVX2): the K-quant lane order. */
 void ft_vec_dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q3_K *x = vx;
     const ft_block_q8_K *y = vy;
     const int64_t nb = n / FT_QK_K;
-    float sums[8] = {0};
+    float acc[8] = {0};
     for (int64_t i = 0; i < nb; i++) {
         int8_t a[FT_QK_K];
         for (int j = 0; j < FT_QK_K; j++)
@@ -898,14 +1101,9 @@ void ft_vec_dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
         q3_K_scales(x[i].scales, sc);
         int32_t lanes[8] = {0};
         lanes_add(lanes, a, y[i].qs, sc, 16);
-        const float d = ft_half_to_float(x[i].d) * y[i].d;
-        for (int l = 0; l < 8; l++)
-            sums[l] += d * lanes[l];
+        lanes_fma(acc, lanes, y[i].d * ft_half_to_float(x[i].d));
     }
-    float sumf = 0.0f;
-    for (int l = 0; l < 8; l++)
-        sumf += sums[l];
-    *s = sumf;
+    *s = ft_hsum8_ref(acc);
 }
 
 /* ======================================================================== */
@@ -1001,39 +1199,59 @@ void ft_dequantize_row_q4_K_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
-/* Q4_K and Q5_K dots differ only in the quants; w holds them (0..31). */
-static void vec_dot_k4_block(const int8_t *restrict w, const uint8_t *restrict packed, float xd, float xdmin,
-                             const ft_block_q8_K *restrict y, float *restrict sums, float *restrict sumf) {
-    int sc[8], mn[8];
-    k4_scales(packed, sc, mn);
-    int sumi = 0;
-    for (int j = 0; j < 16; j++)
-        sumi += y->bsums[j] * mn[j / 2];
-    int32_t lanes[8] = {0};
-    lanes_add(lanes, w, y->qs, sc, 32);
-    const float d = xd * y->d;
-    for (int l = 0; l < 8; l++)
-        sums[l] += d * lanes[l];
-    const float dmin = xdmin * y->d;
-    *sumf -= dmin * sumi;
-}
 
+/* ggml's AVX2/AVX-512 build repacks Q4_K weights with a multiple of 8 rows
+ * (repack.cpp, q4_K_8x8). Its GEMM adds, per pair of sub-blocks (64
+ * elements), the integer sum of scale * q4 * q8 with one FMA into acc and
+ * min * bsum with one FMA into acc_min, and returns acc - acc_min. */
 void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q4_K *x = vx;
     const ft_block_q8_K *y = vy;
     const int64_t nb = n / FT_QK_K;
-    float sums[8] = {0};
-    float sumf = 0.0f;
+    float acc = 0.0f, acc_min = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        int8_t w[FT_QK_K];
-        for (int j = 0; j < FT_QK_K; j++)
-            w[j] = (int8_t)q4k_at(x[i].qs, j);
-        vec_dot_k4_block(w, x[i].scales, ft_half_to_float(x[i].d), ft_half_to_float(x[i].dmin), &y[i], sums,
-                         &sumf);
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        const float d = ft_half_to_float(x[i].d) * y[i].d;
+        const float dmin = ft_half_to_float(x[i].dmin) * y[i].d;
+        for (int p = 0; p < 4; p++) {
+            int isum = 0, imin = 0;
+            for (int j = 2 * p; j < 2 * p + 2; j++) {
+                int isub = 0;
+                for (int l = 0; l < 32; l++)
+                    isub += q4k_at(x[i].qs, 32 * j + l) * y[i].qs[32 * j + l];
+                isum += sc[j] * isub;
+                imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+            }
+            acc = fmaf((float)isum, d, acc);
+            acc_min = fmaf((float)imin, dmin, acc_min);
+        }
     }
-    for (int l = 0; l < 8; l++)
-        sumf += sums[l];
-    *s = sumf;
+    *s = acc - acc_min;
+}
+
+/* A single row: the repack GEMV adds each super-block's two integer sums
+ * with one FMA each. */
+void ft_vec_dot_q4_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_q4_K *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int64_t nb = n / FT_QK_K;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        int isum = 0, imin = 0;
+        for (int j = 0; j < 8; j++) {
+            int isub = 0;
+            for (int l = 0; l < 32; l++)
+                isub += q4k_at(x[i].qs, 32 * j + l) * y[i].qs[32 * j + l];
+            isum += sc[j] * isub;
+            imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        }
+        acc = fmaf((float)isum, ft_half_to_float(x[i].d) * y[i].d, acc);
+        acc_min = fmaf((float)imin, ft_half_to_float(x[i].dmin) * y[i].d, acc_min);
+    }
+    *s = acc - acc_min;
 }
 
 void ft_quantize_row_q5_K_ref(const float *restrict x, void *restrict vy, int64_t n) {
@@ -1081,22 +1299,29 @@ void ft_dequantize_row_q5_K_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml_vec_dot_q5_K_q8_K (AVX2): the K-quant lane order, and the mins as
+ * -dy dmin * sum(min * bsum) FMA'd into a float of their own. */
 void ft_vec_dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q5_K *x = vx;
     const ft_block_q8_K *y = vy;
     const int64_t nb = n / FT_QK_K;
-    float sums[8] = {0};
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    float summs = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
+        int sc[8], mn[8];
+        k4_scales(x[i].scales, sc, mn);
+        int imin = 0;
+        for (int j = 0; j < 8; j++)
+            imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        summs = fmaf(-y[i].d * ft_half_to_float(x[i].dmin), (float)imin, summs);
         int8_t w[FT_QK_K];
         for (int j = 0; j < FT_QK_K; j++)
             w[j] = (int8_t)q5k_at(&x[i], j);
-        vec_dot_k4_block(w, x[i].scales, ft_half_to_float(x[i].d), ft_half_to_float(x[i].dmin), &y[i], sums,
-                         &sumf);
+        int32_t lanes[8] = {0};
+        lanes_add(lanes, w, y[i].qs, sc, 32);
+        lanes_fma(acc, lanes, y[i].d * ft_half_to_float(x[i].d));
     }
-    for (int l = 0; l < 8; l++)
-        sumf += sums[l];
-    *s = sumf;
+    *s = ft_hsum8_ref(acc) + summs;
 }
 
 /* ======================================================================== */
@@ -1170,26 +1395,27 @@ void ft_dequantize_row_q6_K_ref(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ggml_vec_dot_q6_K_q8_K (AVX2): the K-quant lane order on the unsigned
+ * quants (0..63); the -32 offset is taken out per lane l as
+ * 32 * (bsum[2l] scale[2l] + bsum[2l+1] scale[2l+1]) -- a different split
+ * than the products', which shows in the float rounding. */
 void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
     const ft_block_q6_K *x = vx;
     const ft_block_q8_K *y = vy;
     const int64_t nb = n / FT_QK_K;
-    float sums[8] = {0};
+    float acc[8] = {0};
     for (int64_t i = 0; i < nb; i++) {
         int8_t a[FT_QK_K];
         for (int j = 0; j < FT_QK_K; j++)
-            a[j] = (int8_t)q6_at(&x[i], j);
+            a[j] = (int8_t)(q6_at(&x[i], j) + 32);
         int sc[16];
         for (int j = 0; j < 16; j++)
             sc[j] = x[i].scales[j];
         int32_t lanes[8] = {0};
         lanes_add(lanes, a, y[i].qs, sc, 16);
-        const float d = ft_half_to_float(x[i].d) * y[i].d;
         for (int l = 0; l < 8; l++)
-            sums[l] += d * lanes[l];
+            lanes[l] -= 32 * (y[i].bsums[2 * l] * sc[2 * l] + y[i].bsums[2 * l + 1] * sc[2 * l + 1]);
+        lanes_fma(acc, lanes, y[i].d * ft_half_to_float(x[i].d));
     }
-    float sumf = 0.0f;
-    for (int l = 0; l < 8; l++)
-        sumf += sums[l];
-    *s = sumf;
+    *s = ft_hsum8_ref(acc);
 }

@@ -220,6 +220,10 @@ void ft_quantize_row_q5_0_ref(const float *restrict x, void *restrict y, int64_t
 void ft_quantize_row_q5_1_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q8_0_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q8_1_ref(const float *restrict x, void *restrict y, int64_t n);
+/* Q8_0 / Q8_1 for activations: as llama.cpp's x86 backend (127 / amax,
+ * ties to even); the functions above are the weight (GGUF) quantizers. */
+void ft_quantize_row_q8_0_act_ref(const float *restrict x, void *restrict y, int64_t n);
+void ft_quantize_row_q8_1_act_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q2_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q3_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q4_K_ref(const float *restrict x, void *restrict y, int64_t n);
@@ -240,5 +244,13 @@ void ft_vec_dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
 void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+
+/* The single-row (decode) dots where llama.cpp's kernel adds in another
+ * order than for a batch (ggml_vec_dot_f32/f16/bf16, repack GEMV). */
+void ft_vec_dot_f32_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_f16_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_bf16_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_q2_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_q4_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 
 #endif

@@ -22,42 +22,48 @@
 
 /* A type we only know the size of. */
 #define T(id, nm, bs, ts, q) [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q}
-/* A weight type we run: dequantize, quantize, and dot against vdt. */
-#define R(id, nm, bs, ts, q, tof, fromf, vdt, dot)                                                       \
+/* A weight type we run: dequantize, quantize (weights; activations through
+ * fromf_act), and dot against vdt. */
+#define RA(id, nm, bs, ts, q, tof, fromf, fromf_act, vdt, dot, dot1, gemm)                               \
     [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q, .can_run = true,            \
-            .to_float = tof, .from_float = fromf, .vec_dot_type = vdt, .vec_dot = dot}
+            .to_float = tof, .from_float = fromf, .from_float_act = fromf_act, .vec_dot_type = vdt,      \
+            .vec_dot = dot, .vec_dot_gemv = dot1, .gemm_rows = gemm}
+#define R(id, nm, bs, ts, q, tof, fromf, vdt, dot) RA(id, nm, bs, ts, q, tof, fromf, fromf, vdt, dot, dot, 0)
+/* ... with a single-row dot of its own (types.h: vec_dot_gemv, gemm_rows) */
+#define R1(id, nm, bs, ts, q, tof, fromf, vdt, dot, dot1, gemm)                                          \
+    RA(id, nm, bs, ts, q, tof, fromf, fromf, vdt, dot, dot1, gemm)
 /* An activation-only type (Q8_1, Q8_K): converts both ways, no dot of its own. */
-#define A(id, nm, bs, ts, tof, fromf)                                                                    \
+#define A(id, nm, bs, ts, tof, fromf, fromf_act)                                                         \
     [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = true, .to_float = tof,         \
-            .from_float = fromf, .vec_dot_type = id}
+            .from_float = fromf, .from_float_act = fromf_act, .vec_dot_type = id}
 
 static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
-    R(FT_TYPE_F32, "F32", 1, 4, false,
-      ft_dequantize_row_f32_ref, ft_quantize_row_f32_ref, FT_TYPE_F32, ft_vec_dot_f32_ref),
-    R(FT_TYPE_F16, "F16", 1, 2, false,
-      ft_fp16_to_fp32_row, ft_fp32_to_fp16_row, FT_TYPE_F16, ft_vec_dot_f16_ref),
-    R(FT_TYPE_Q4_0, "Q4_0", 32, 18, true,
-      ft_dequantize_row_q4_0_ref, ft_quantize_row_q4_0_ref, FT_TYPE_Q8_0, ft_vec_dot_q4_0_q8_0_ref),
+    R1(FT_TYPE_F32, "F32", 1, 4, false, ft_dequantize_row_f32_ref, ft_quantize_row_f32_ref, FT_TYPE_F32,
+       ft_vec_dot_f32_ref, ft_vec_dot_f32_gemv_ref, 0),
+    R1(FT_TYPE_F16, "F16", 1, 2, false, ft_fp16_to_fp32_row, ft_fp32_to_fp16_row, FT_TYPE_F16,
+       ft_vec_dot_f16_ref, ft_vec_dot_f16_gemv_ref, 0),
+    R1(FT_TYPE_Q4_0, "Q4_0", 32, 18, true, ft_dequantize_row_q4_0_ref, ft_quantize_row_q4_0_ref, FT_TYPE_Q8_0,
+       ft_vec_dot_q4_0_q8_0_ref, ft_vec_dot_q4_0_q8_0_ref, 4), /* GEMM and GEMV add alike */
     R(FT_TYPE_Q4_1, "Q4_1", 32, 20, true,
       ft_dequantize_row_q4_1_ref, ft_quantize_row_q4_1_ref, FT_TYPE_Q8_1, ft_vec_dot_q4_1_q8_1_ref),
     R(FT_TYPE_Q5_0, "Q5_0", 32, 22, true,
       ft_dequantize_row_q5_0_ref, ft_quantize_row_q5_0_ref, FT_TYPE_Q8_0, ft_vec_dot_q5_0_q8_0_ref),
     R(FT_TYPE_Q5_1, "Q5_1", 32, 24, true,
       ft_dequantize_row_q5_1_ref, ft_quantize_row_q5_1_ref, FT_TYPE_Q8_1, ft_vec_dot_q5_1_q8_1_ref),
-    R(FT_TYPE_Q8_0, "Q8_0", 32, 34, true,
-      ft_dequantize_row_q8_0_ref, ft_quantize_row_q8_0_ref, FT_TYPE_Q8_0, ft_vec_dot_q8_0_q8_0_ref),
-    A(FT_TYPE_Q8_1, "Q8_1", 32, 36, ft_dequantize_row_q8_1_ref, ft_quantize_row_q8_1_ref),
-    R(FT_TYPE_Q2_K, "Q2_K", 256, 84, true,
-      ft_dequantize_row_q2_K_ref, ft_quantize_row_q2_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q2_K_q8_K_ref),
+    RA(FT_TYPE_Q8_0, "Q8_0", 32, 34, true, ft_dequantize_row_q8_0_ref, ft_quantize_row_q8_0_ref,
+       ft_quantize_row_q8_0_act_ref, FT_TYPE_Q8_0, ft_vec_dot_q8_0_q8_0_ref, ft_vec_dot_q8_0_q8_0_ref, 0),
+    A(FT_TYPE_Q8_1, "Q8_1", 32, 36, ft_dequantize_row_q8_1_ref, ft_quantize_row_q8_1_ref, ft_quantize_row_q8_1_act_ref),
+    R1(FT_TYPE_Q2_K, "Q2_K", 256, 84, true, ft_dequantize_row_q2_K_ref, ft_quantize_row_q2_K_ref, FT_TYPE_Q8_K,
+       ft_vec_dot_q2_K_q8_K_ref, ft_vec_dot_q2_K_q8_K_gemv_ref, 4),
     R(FT_TYPE_Q3_K, "Q3_K", 256, 110, true,
       ft_dequantize_row_q3_K_ref, ft_quantize_row_q3_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q3_K_q8_K_ref),
-    R(FT_TYPE_Q4_K, "Q4_K", 256, 144, true,
-      ft_dequantize_row_q4_K_ref, ft_quantize_row_q4_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q4_K_q8_K_ref),
+    R1(FT_TYPE_Q4_K, "Q4_K", 256, 144, true, ft_dequantize_row_q4_K_ref, ft_quantize_row_q4_K_ref, FT_TYPE_Q8_K,
+       ft_vec_dot_q4_K_q8_K_ref, ft_vec_dot_q4_K_q8_K_gemv_ref, 4),
     R(FT_TYPE_Q5_K, "Q5_K", 256, 176, true,
       ft_dequantize_row_q5_K_ref, ft_quantize_row_q5_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q5_K_q8_K_ref),
     R(FT_TYPE_Q6_K, "Q6_K", 256, 210, true,
       ft_dequantize_row_q6_K_ref, ft_quantize_row_q6_K_ref, FT_TYPE_Q8_K, ft_vec_dot_q6_K_q8_K_ref),
-    A(FT_TYPE_Q8_K, "Q8_K", 256, 292, ft_dequantize_row_q8_K_ref, ft_quantize_row_q8_K_ref),
+    A(FT_TYPE_Q8_K, "Q8_K", 256, 292, ft_dequantize_row_q8_K_ref, ft_quantize_row_q8_K_ref, ft_quantize_row_q8_K_ref),
     T(FT_TYPE_IQ2_XXS, "IQ2_XXS", 256, 66, true),
     T(FT_TYPE_IQ2_XS, "IQ2_XS", 256, 74, true),
     T(FT_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98, true),
@@ -72,8 +78,8 @@ static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
     T(FT_TYPE_I64, "I64", 1, 8, false),
     T(FT_TYPE_F64, "F64", 1, 8, false),
     T(FT_TYPE_IQ1_M, "IQ1_M", 256, 56, true),
-    R(FT_TYPE_BF16, "BF16", 1, 2, false,
-      ft_bf16_to_fp32_row, ft_fp32_to_bf16_row, FT_TYPE_BF16, ft_vec_dot_bf16_ref),
+    R1(FT_TYPE_BF16, "BF16", 1, 2, false, ft_bf16_to_fp32_row, ft_fp32_to_bf16_row, FT_TYPE_BF16,
+       ft_vec_dot_bf16_ref, ft_vec_dot_bf16_gemv_ref, 0),
     T(FT_TYPE_TQ1_0, "TQ1_0", 256, 54, true),
     T(FT_TYPE_TQ2_0, "TQ2_0", 256, 66, true),
     T(FT_TYPE_MXFP4, "MXFP4", 32, 17, true),
@@ -115,6 +121,16 @@ static void tables_init(void) {
 #endif
         default:
             break;
+        }
+        /* a level that replaces vec_dot (or from_float) without a separate
+         * single-row dot (or activation quantizer) uses it for both */
+        for (int t = 0; t < FT_TYPE_COUNT; t++) {
+            struct ft_type_info *ti = &g_tables[isa][t];
+            if (ti->vec_dot != g_info[t].vec_dot && ti->vec_dot_gemv == g_info[t].vec_dot_gemv)
+                ti->vec_dot_gemv = ti->vec_dot;
+            if (ti->from_float != g_info[t].from_float && ti->from_float_act == g_info[t].from_float_act &&
+                g_info[t].from_float_act == g_info[t].from_float)
+                ti->from_float_act = ti->from_float;
         }
         g_have_table[isa] = true;
     }

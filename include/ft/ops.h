@@ -3,11 +3,12 @@
  * rows against converted activations.
  *
  * These are the `_ref` tier (STYLE.md "Kernels"): plain loops that define the
- * answer, written to reproduce ggml's CPU numerics where the order of
- * operations matters (RMS norm sums squares in double, RoPE builds its angles
- * by repeated multiplication, GELU goes through fp16 as ggml's table does),
- * so a model run here agrees closely with llama.cpp. Faster per-ISA versions
- * are tested against them.
+ * answer, written to reproduce bit for bit what llama.cpp's x86 CPU backend
+ * computes (RMS norm sums squares in double, RoPE builds its angles by
+ * repeated multiplication and rotates with the FMAs GCC makes of ggml's
+ * code, SiLU uses ggml's vector exp, GELU goes through ggml's fp16 table,
+ * attention keeps ggml's fp16 accumulator), so a model run here gives
+ * llama.cpp's logits. Faster per-ISA versions are tested against them.
  */
 #ifndef FT_OPS_H
 #define FT_OPS_H
@@ -46,7 +47,7 @@ void ft_rope_apply_ref(float *x, int n_dims, bool neox, const float *cache);
 /* In-place softmax over n values (max-subtracted). */
 void ft_softmax_ref(float *x, int64_t n);
 
-float ft_silu_ref(float x);
+float ft_silu_ref(float x);      /* x / (1 + exp(-x)) with ggml's SIMD exp */
 float ft_gelu_tanh_ref(float x); /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
 
 /* y = silu(g) * u (SwiGLU). y may alias g or u. */
@@ -60,9 +61,9 @@ void ft_geglu_ref(float *y, const float *g, const float *u, int64_t n);
  * an online softmax (flash-style): keys and values at positions p0..p1
  * (inclusive) of a block-paged cache, position j living in block
  * blocks[j / block_tokens] at row j % block_tokens. out = softmax(scale *
- * q.K) V over those positions. Q is rounded to fp16 before the dot, as
- * ggml's flash attention converts Q to the K cache's type; the dot and the
- * V accumulation are in f32 (see simd/ops_ref.c on ggml's fp16 one). */
+ * q.K) V over those positions, computed as ggml's CPU flash attention does
+ * for fewer than 64 query rows: Q rounded to fp16, ggml's f16 dot, and an
+ * fp16 V accumulator (simd/ops_ref.c). */
 struct ft_attn_kv {
     const uint16_t *k;     /* the layer's K pool (fp16 bits), head offset applied */
     const uint16_t *v;     /* the layer's V pool, head offset applied */
@@ -70,12 +71,23 @@ struct ft_attn_kv {
     int32_t block_tokens;
     int64_t k_row, v_row;  /* elements from one token's row to the next */
 };
-/* scratch: at least dk uint16_t. */
+/* scratch: at least dk + dv uint16_t. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch);
 
-/* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type),
- * row i at out + i * ft_row_size(type, k). F32 copies. */
+/* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
+ * (and dv a multiple of 16) goes through its tiled flash attention. */
+#define FT_ATTN_TILE 64
+/* The same attention as ggml's tiled flash attention computes it: Q in f32,
+ * keys in tiles of FT_ATTN_TILE positions (aligned to multiples of it),
+ * the softmax updated once per tile with ggml's vector exp, f32 V
+ * accumulator. scratch: at least FT_ATTN_TILE floats. */
+void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                            int32_t p0, int32_t p1, float *out, float *scratch);
+
+/* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type)
+ * with its activation quantizer (from_float_act), row i at
+ * out + i * ft_row_size(type, k). F32 copies. */
 void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int64_t k, void *out);
 
 /* out[t * ld_out + r] = dot(W row r, A row t) for r in [r0, r1), t < n_tok.

@@ -69,8 +69,20 @@ struct ft_type_info {
     bool can_run;          /* FreeToken has dequant + vec_dot for it */
     ft_to_float_fn to_float;
     ft_from_float_fn from_float;    /* weights: GGUF reference quantizer */
+    /* activations converted to this type before a matmul, as llama.cpp's
+     * x86 CPU backend converts them: from_float, except Q8_0 and Q8_1
+     * (127 / amax and ties to even; simd/quant_ref.c) */
+    ft_from_float_fn from_float_act;
     enum ft_type vec_dot_type;      /* what activations are converted to */
     ft_vec_dot_fn vec_dot;
+    /* the same dot for a matmul of a single activation row (decode):
+     * llama.cpp runs other kernels there for F32/F16/BF16/Q4_K/Q2_K, which
+     * add in another order; vec_dot for the other types */
+    ft_vec_dot_fn vec_dot_gemv;
+    /* llama.cpp repacks these weights (Q4_0, Q4_K, Q2_K on x86) and runs
+     * activation rows through vec_dot in groups of gemm_rows, the remainder
+     * through vec_dot_gemv; 0 for the others */
+    int32_t gemm_rows;
 };
 
 /* Static facts (name, block size, type size) for every GGUF type id we know

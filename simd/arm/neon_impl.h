@@ -21,6 +21,7 @@
 
 #include <arm_neon.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #ifndef FT_NEON_DOT
@@ -206,18 +207,28 @@ static inline int8x16_t narrow_16(int32x4_t a, int32x4_t b, int32x4_t c, int32x4
 
 /* One 32-element block as the reference: d = amax / 127 and
  * q = roundf(x / d); fcvtas is exactly roundf's ties-away rounding. */
-static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+/* One Q8 block. act: activations as llama.cpp's x86 backend makes them
+ * (127 / amax, ties to even: simd/quant_ref.c); else the GGUF weight
+ * quantizer (1 / d, ties away from zero). */
+static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum, bool act) {
     float32x4_t v[8];
     float32x4_t am = vdupq_n_f32(0.0f);
     for (int k = 0; k < 8; k++) {
         v[k] = vld1q_f32(x + 4 * k);
         am = vmaxq_f32(am, vabsq_f32(v[k]));
     }
-    const float d = vmaxvq_f32(am) / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float amax = vmaxvq_f32(am);
+    const float d = amax / 127;
     int32x4_t q[8];
-    for (int k = 0; k < 8; k++)
-        q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+    if (act) {
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        for (int k = 0; k < 8; k++) /* fcvtns: nearest, ties to even */
+            q[k] = vcvtnq_s32_f32(vmulq_n_f32(v[k], id));
+    } else {
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int k = 0; k < 8; k++) /* fcvtas: nearest, ties away from zero */
+            q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+    }
     vst1q_s8(qs, narrow_16(q[0], q[1], q[2], q[3]));
     vst1q_s8(qs + 16, narrow_16(q[4], q[5], q[6], q[7]));
     if (sum) {
@@ -228,21 +239,26 @@ static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
     return d;
 }
 
-static void quantize_row_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_0(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_0; i++)
-        y[i].d = to_f16(quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL));
+        y[i].d = to_f16(quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL, act));
 }
 
-static void quantize_row_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_1(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_1; i++) {
         int sum;
-        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum);
+        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum, act);
         y[i].d = to_f16(d);
         y[i].s = to_f16((float)sum * d);
     }
 }
+
+static void quantize_row_q8_0(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, false); }
+static void quantize_row_q8_0_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, true); }
+static void quantize_row_q8_1(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, false); }
+static void quantize_row_q8_1_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, true); }
 
 /* q = min(127, nearest_int(-127 / max * x)), max the first element of
  * largest magnitude; fcvtns rounds to nearest even like nearest_int(). */
@@ -651,15 +667,20 @@ void FT_NEON_FILL(struct ft_type_info *t) {
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;
     t[FT_TYPE_F16].from_float = f32_to_f16_row;
+    t[FT_TYPE_F16].from_float_act = f32_to_f16_row;
     t[FT_TYPE_BF16].vec_dot = vec_dot_bf16;
     t[FT_TYPE_BF16].to_float = bf16_to_f32_row;
     t[FT_TYPE_BF16].from_float = f32_to_bf16_row;
+    t[FT_TYPE_BF16].from_float_act = f32_to_bf16_row;
 
     t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
     t[FT_TYPE_Q8_0].from_float = quantize_row_q8_0;
+    t[FT_TYPE_Q8_0].from_float_act = quantize_row_q8_0_act;
     t[FT_TYPE_Q8_0].to_float = dequantize_row_q8_0;
     t[FT_TYPE_Q8_1].from_float = quantize_row_q8_1;
+    t[FT_TYPE_Q8_1].from_float_act = quantize_row_q8_1_act;
     t[FT_TYPE_Q8_K].from_float = quantize_row_q8_K;
+    t[FT_TYPE_Q8_K].from_float_act = quantize_row_q8_K;
 
     t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[FT_TYPE_Q4_0].to_float = dequantize_row_q4_0;

@@ -24,6 +24,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -259,7 +260,10 @@ static inline __m256i pack_i32x32(__m256i a, __m256i b, __m256i c, __m256i d) {
 
 /* One 32-element Q8_0/Q8_1 block: d and the quants as the reference
  * computes them (d = amax / 127, q = roundf(x * (1 / d))). */
-static inline float quantize_block_q8(const float *x, int8_t *qs, __m256i *sum) {
+/* One Q8 block. act: activations as llama.cpp's x86 backend makes them
+ * (127 / amax, ties to even: simd/quant_ref.c); else the GGUF weight
+ * quantizer (1 / d, ties away from zero). */
+static inline float quantize_block_q8(const float *x, int8_t *qs, __m256i *sum, bool act) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
@@ -267,34 +271,46 @@ static inline float quantize_block_q8(const float *x, int8_t *qs, __m256i *sum) 
         v[k] = _mm256_loadu_ps(x + 8 * k);
         amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
     }
-    const float d = hmax_ps(amax) / 127;
-    const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    const float am = hmax_ps(amax);
+    const float d = am / 127;
     __m256i q[4];
-    for (int k = 0; k < 4; k++)
-        q[k] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[k], id)));
+    if (act) {
+        const __m256 id = _mm256_set1_ps(am != 0.0f ? 127.f / am : 0.0f);
+        for (int k = 0; k < 4; k++) /* vcvtps2dq: nearest even under the default MXCSR */
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
+    } else {
+        const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[k], id)));
+    }
     _mm256_storeu_si256((__m256i *)qs, pack_i32x32(q[0], q[1], q[2], q[3]));
     if (sum)
         *sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     return d;
 }
 
-static void quantize_row_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_0(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_0; i++) {
-        const float d = quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL);
+        const float d = quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL, act);
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
 
-static void quantize_row_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_1(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_1; i++) {
         __m256i sum;
-        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum);
+        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum, act);
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         y[i].s = _cvtss_sh((float)hsum_epi32(sum) * d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
+
+static void quantize_row_q8_0(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, false); }
+static void quantize_row_q8_0_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, true); }
+static void quantize_row_q8_1(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, false); }
+static void quantize_row_q8_1_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, true); }
 
 static void dequantize_row_q8_0(const void *restrict vx, float *restrict y, int64_t n) {
     const ft_block_q8_0 *x = vx;
@@ -704,15 +720,20 @@ void ft_simd_fill_avx2(struct ft_type_info *t) {
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;
     t[FT_TYPE_F16].from_float = f32_to_f16_row;
+    t[FT_TYPE_F16].from_float_act = f32_to_f16_row;
     t[FT_TYPE_BF16].vec_dot = vec_dot_bf16;
     t[FT_TYPE_BF16].to_float = bf16_to_f32_row;
     t[FT_TYPE_BF16].from_float = f32_to_bf16_row;
+    t[FT_TYPE_BF16].from_float_act = f32_to_bf16_row;
 
     t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
     t[FT_TYPE_Q8_0].from_float = quantize_row_q8_0;
+    t[FT_TYPE_Q8_0].from_float_act = quantize_row_q8_0_act;
     t[FT_TYPE_Q8_0].to_float = dequantize_row_q8_0;
     t[FT_TYPE_Q8_1].from_float = quantize_row_q8_1;
+    t[FT_TYPE_Q8_1].from_float_act = quantize_row_q8_1_act;
     t[FT_TYPE_Q8_K].from_float = quantize_row_q8_K;
+    t[FT_TYPE_Q8_K].from_float_act = quantize_row_q8_K;
 
     t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[FT_TYPE_Q4_0].to_float = dequantize_row_q4_0;

@@ -31,6 +31,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -310,13 +311,23 @@ static inline __m512 round_away(__m512 v) {
 }
 
 /* One 32-element block as the reference: d = amax / 127, q = roundf(x / d). */
-static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+/* One Q8 block. act: activations as llama.cpp's x86 backend makes them
+ * (127 / amax, ties to even: simd/quant_ref.c); else the GGUF weight
+ * quantizer (1 / d, ties away from zero). */
+static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum, bool act) {
     const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
     const float d = amax / 127;
-    const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    const __m512i q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v0, id)));
-    const __m512i q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v1, id)));
+    __m512i q0, q1;
+    if (act) {
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)); /* nearest even (default MXCSR) */
+        q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    } else {
+        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+        q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v0, id)));
+        q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v1, id)));
+    }
     _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(q0));
     _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(q1));
     if (sum)
@@ -324,23 +335,28 @@ static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
     return d;
 }
 
-static void quantize_row_q8_0(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_0(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_0; i++) {
-        const float d = quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL);
+        const float d = quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL, act);
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
 
-static void quantize_row_q8_1(const float *restrict x, void *restrict vy, int64_t n) {
+static inline void quantize_q8_1(const float *restrict x, void *restrict vy, int64_t n, bool act) {
     ft_block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / FT_QK8_1; i++) {
         int sum;
-        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum);
+        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum, act);
         y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         y[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
     }
 }
+
+static void quantize_row_q8_0(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, false); }
+static void quantize_row_q8_0_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, true); }
+static void quantize_row_q8_1(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, false); }
+static void quantize_row_q8_1_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, true); }
 
 /* q = min(127, nearest_int(-127 / max * x)) with max the first element of
  * largest magnitude; vcvtps2dq rounds to nearest even like nearest_int(). */
@@ -774,15 +790,20 @@ void ft_simd_fill_avx512(struct ft_type_info *t, int have_bf16) {
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;
     t[FT_TYPE_F16].from_float = f32_to_f16_row;
+    t[FT_TYPE_F16].from_float_act = f32_to_f16_row;
     t[FT_TYPE_BF16].vec_dot = have_bf16 ? vec_dot_bf16_dp : vec_dot_bf16;
     t[FT_TYPE_BF16].to_float = bf16_to_f32_row;
     t[FT_TYPE_BF16].from_float = f32_to_bf16_row;
+    t[FT_TYPE_BF16].from_float_act = f32_to_bf16_row;
 
     t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
     t[FT_TYPE_Q8_0].from_float = quantize_row_q8_0;
+    t[FT_TYPE_Q8_0].from_float_act = quantize_row_q8_0_act;
     t[FT_TYPE_Q8_0].to_float = dequantize_row_q8_0;
     t[FT_TYPE_Q8_1].from_float = quantize_row_q8_1;
+    t[FT_TYPE_Q8_1].from_float_act = quantize_row_q8_1_act;
     t[FT_TYPE_Q8_K].from_float = quantize_row_q8_K;
+    t[FT_TYPE_Q8_K].from_float_act = quantize_row_q8_K;
 
     t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
     t[FT_TYPE_Q4_0].to_float = dequantize_row_q4_0;

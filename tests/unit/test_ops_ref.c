@@ -91,11 +91,29 @@ int main(void) {
     float out;
     ft_attention_ref(&q, 1, 1, 1.0f, &kv, 0, 2, &out, tmp);
     const double e0 = 1, e1 = exp(1.0), e2 = exp(2.0);
-    CHECK_NEAR(out, (10 * e0 + 20 * e1 + 30 * e2) / (e0 + e1 + e2), 1e-4);
+    /* the V accumulator is fp16 (ggml's): each of the 5 roundings of an
+     * accumulator below 64 is off by at most 2^-6 / 2, times weights <= 1 */
+    CHECK_NEAR(out, (10 * e0 + 20 * e1 + 30 * e2) / (e0 + e1 + e2), 5 * 0x1p-7);
     ft_attention_ref(&q, 1, 1, 1.0f, &kv, 1, 2, &out, tmp); /* window: positions 1..2 */
-    CHECK_NEAR(out, (20 * e1 + 30 * e2) / (e1 + e2), 1e-4);
+    CHECK_NEAR(out, (20 * e1 + 30 * e2) / (e1 + e2), 5 * 0x1p-7);
     ft_attention_ref(&q, 1, 1, 1.0f, &kv, 0, 0, &out, tmp); /* causal: position 0 only */
     CHECK_NEAR(out, 10, 1e-6);
+
+    /* fp16 accumulator, worked by hand: two keys with score 0 and V = 2048,
+     * then 1. acc = 2048, then fp16(2048 + 1) = 2048 (2049 is a tie between
+     * 2048 and 2050, to even); out = 2048 / 2 = 1024 where an f32
+     * accumulator would give 1024.5. */
+    uint16_t k2[2] = {ft_fp32_to_fp16(0.0f), ft_fp32_to_fp16(0.0f)};
+    uint16_t v2[2] = {ft_fp32_to_fp16(2048.0f), ft_fp32_to_fp16(1.0f)};
+    const int32_t blk0[1] = {0};
+    const struct ft_attn_kv kv2 = {k2, v2, blk0, 2, 1, 1};
+    ft_attention_ref(&q, 1, 1, 1.0f, &kv2, 0, 1, &out, tmp);
+    CHECK(out == 1024.0f);
+    /* where fp16 would overflow (60000 + 60000 > 65504) ggml returns inf; we
+     * redo the row in f32 */
+    v2[0] = v2[1] = ft_fp32_to_fp16(60000.0f);
+    ft_attention_ref(&q, 1, 1, 1.0f, &kv2, 0, 1, &out, tmp);
+    CHECK(out == 60000.0f);
 
     /* matmul rows with the F32 dot: out[t][r] = W[r] . A[t] */
     const float W[3][2] = {{1, 2}, {3, 4}, {5, 6}}, A[2][2] = {{1, 0}, {1, 1}};

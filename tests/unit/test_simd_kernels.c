@@ -6,8 +6,8 @@
  * real model's 640/1024/2048/2304/8192) filled from fixed seeds with several
  * value patterns (gaussian, tiny, large, outliers, zero blocks, exact
  * rounding ties), it checks:
- *   - from_float (activation quantizers Q8_0/Q8_1/Q8_K, F32->F16/BF16):
- *     bytes identical to the reference quantizer;
+ *   - from_float and from_float_act (weight and activation quantizers of
+ *     Q8_0/Q8_1/Q8_K, F32->F16/BF16): bytes identical to the reference's;
  *   - to_float: floats bit-identical to the reference (F16/BF16 exhaustively
  *     over all 65536 inputs);
  *   - vec_dot: |fast - ref| <= 1e-5 * sum |x_i y_i| + 1e-30, with x_i, y_i
@@ -204,15 +204,15 @@ static void check_vec_dot(enum ft_isa isa, enum ft_type t, int64_t n, enum patte
         ref->from_float(w, x.p, n);
     }
     fill(a, n, p, (int)at);
-    aref->from_float(a, y.p, n);
+    aref->from_float_act(a, y.p, n);
 
     /* the level's activation quantizer gives the same bytes */
-    afast->from_float(a, y2.p, n);
+    afast->from_float_act(a, y2.p, n);
     if (memcmp(y.p, y2.p, ys) != 0) {
         size_t k = 0;
         while (y.p[k] == y2.p[k])
             k++;
-        CHECKF(0, "%s from_float %s n=%lld %s: byte %zu differs (%02x vs ref %02x)", ft_isa_name(isa), aref->name,
+        CHECKF(0, "%s from_float_act %s n=%lld %s: byte %zu differs (%02x vs ref %02x)", ft_isa_name(isa), aref->name,
                (long long)n, k_pattern_names[p], k, y2.p[k], y.p[k]);
     } else {
         CHECK(1);
@@ -274,6 +274,10 @@ static void check_quantizers(enum ft_isa isa) {
                 ref->from_float(a, y.p, n);
                 fast->from_float(a, y2.p, n);
                 CHECKF(memcmp(y.p, y2.p, ft_row_size(t, n)) == 0, "%s from_float %s n=%lld %s: bytes differ",
+                       ft_isa_name(isa), ref->name, (long long)n, k_pattern_names[p]);
+                ref->from_float_act(a, y.p, n);
+                fast->from_float_act(a, y2.p, n);
+                CHECKF(memcmp(y.p, y2.p, ft_row_size(t, n)) == 0, "%s from_float_act %s n=%lld %s: bytes differ",
                        ft_isa_name(isa), ref->name, (long long)n, k_pattern_names[p]);
                 buf_free(&y);
                 buf_free(&y2);
