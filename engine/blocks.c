@@ -123,6 +123,10 @@ static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w-
 
 void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
                    const float *in) {
+    if (ft_gemm_float_applies(f, w)) { /* float weights, prefill: engine/gemm_float.c */
+        ft_gemm_float(f, in, 1, &out, &w, &bias);
+        return;
+    }
     size_t row;
     const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
     matmul_act(f, out, w->rows, w, bias, act, row);
@@ -135,7 +139,19 @@ static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *c
     enum ft_type have = FT_TYPE_COUNT;
     const void *act = NULL;
     size_t row = 0;
+    bool all_gemm = true; /* float weights of one type, prefill: one GEMM task for all */
+    for (int i = 0; i < n; i++)
+        all_gemm = all_gemm && ws[i]->type == ws[0]->type && ft_gemm_float_applies(f, ws[i]);
+    if (all_gemm) {
+        ft_gemm_float(f, in, n, outs, ws, bs);
+        return;
+    }
     for (int i = 0; i < n; i++) {
+        if (ft_gemm_float_applies(f, ws[i])) {
+            ft_gemm_float(f, in, 1, &outs[i], &ws[i], &bs[i]);
+            have = FT_TYPE_COUNT; /* it overwrote the activation buffer */
+            continue;
+        }
         const enum ft_type vdt = vdt_of(ws[i]);
         if (vdt != have) {
             act = convert_act(f, in, ws[i]->cols, vdt, &row);

@@ -336,7 +336,8 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->att = grow(s->att, N * wa, sizeof(float), &fail);
     s->gate = grow(s->gate, N * (size_t)hp->n_ff, sizeof(float), &fail);
     s->up = grow(s->up, N * (size_t)hp->n_ff, sizeof(float), &fail);
-    s->act = grow(s->act, N * max_in, sizeof(float), &fail);
+    /* + 16 rows: the float GEMM packs A in panels of up to 16 rows. */
+    s->act = grow(s->act, (N + 16) * max_in, sizeof(float), &fail);
     s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
     s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
     s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);
@@ -344,7 +345,7 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
         FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
         return FT_ENOMEM;
     }
-    s->act_size = N * max_in * sizeof(float);
+    s->act_size = (N + 16) * max_in * sizeof(float);
     s->cap = n;
     return FT_OK;
 }

@@ -86,7 +86,8 @@ struct ft_scratch {
     float *att;       /* (cap, n_head * hd_v) */
     float *gate;      /* (cap, n_ff) */
     float *up;        /* (cap, n_ff) */
-    void *act;        /* activations converted to a vec_dot_type: cap rows of the widest input */
+    void *act;        /* activations converted to a vec_dot_type, or packed for the float GEMM:
+                         cap + 16 rows of the widest input, 4 bytes per element */
     size_t act_size;
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
@@ -181,6 +182,13 @@ void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct f
 /* out (n_rows, w->rows) = in (n_rows, w->cols) W^T (+ bias). */
 void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
                    const float *in);
+/* Float weights (F32/F16/BF16) in a batch of several rows go through the
+ * level's GEMM (engine/gemm_float.c): whether w does, and the call, with
+ * n weights sharing the input (outs[i] (n_rows, ws[i]->rows) = in
+ * ws[i]^T + bs[i]; bs may be NULL, and so may bs[i]->data). */
+bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w);
+void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
+                   const struct ft_weight *const *bs);
 /* q, k, v = xb projections with optional biases. */
 void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l);
 /* Rotate every head of x (n_rows rows of n_head heads of hd) at the rows' positions. */

@@ -12,6 +12,7 @@
 #ifndef FT_OPS_H
 #define FT_OPS_H
 
+#include "ft/cpu.h"
 #include "ft/types.h"
 
 #include <stdbool.h>
@@ -86,5 +87,37 @@ void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int6
 void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size, int64_t k,
                         int64_t r0, int64_t r1, const void *a, size_t a_row_size, int64_t n_tok,
                         float *out, int64_t ld_out);
+
+/* ---- per-level fast versions ---------------------------------------------------
+ *
+ * The ops above, and a GEMM for float weights, as each kernel level
+ * (include/ft/cpu.h) implements them; a slot a level has no faster version
+ * of holds the _ref function (or NULL for the GEMM). Filled once per level,
+ * like the type table; tests/unit/test_float_kernels.c checks every slot
+ * of every level against the reference. */
+struct ft_float_kernels {
+    /* Prefill GEMM for F32 / F16 / BF16 weights:
+     *   c[i * ldc + r] = dot(A row i, W row r), i < m, r in [n0, n1),
+     * with A's rows first rounded to the weight type's vec_dot_type (fp16
+     * for F16, bf16 for BF16) and the products accumulated in f32, so it
+     * agrees with ft_convert_rows_ref + ft_matmul_rows_ref up to the order
+     * of the f32 additions. A is packed once (gemm_pack, panels of gemm_mr
+     * rows, threads may pack disjoint panel ranges [p0, p1)) and shared by
+     * all threads; threads split the weight rows, n0 a multiple of
+     * gemm_nr. gemm_mr == 0: this level has no GEMM. */
+    int gemm_mr;
+    int gemm_nr;
+    /* Bytes of packed A for m rows of k; 0 when wt is not handled. */
+    size_t (*gemm_packed_size)(enum ft_type wt, int64_t m, int64_t k);
+    void (*gemm_pack)(enum ft_type wt, const float *a, int64_t lda, int64_t m, int64_t k, int64_t p0, int64_t p1,
+                      void *packed);
+    void (*gemm)(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,
+                 const void *packed, int64_t m, float *c, int64_t ldc);
+};
+
+/* The table of the level in use (ft_cpu_isa()); never NULL. */
+const struct ft_float_kernels *ft_float_kernels(void);
+/* The table of one level; NULL when this CPU or build cannot run it. */
+const struct ft_float_kernels *ft_float_kernels_isa(enum ft_isa isa);
 
 #endif

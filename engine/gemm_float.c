@@ -1,0 +1,90 @@
+/* Prefill matmuls of float weights (F32, F16, BF16) through the level's
+ * GEMM (include/ft/ops.h: ft_float_kernels.gemm*), hooked into the matmul
+ * dispatch of engine/blocks.c.
+ *
+ * Why a separate path: the row-by-row vec_dot loop re-reads and re-widens
+ * every weight row once per token, which leaves a 512-token prefill at a
+ * fraction of the FMA peak; the GEMM widens each weight once per call and
+ * keeps a 12x32 tile of outputs in registers. Decode batches (fewer than
+ * FT_GEMM_MIN_ROWS rows) keep the streaming vec_dot path, which reads each
+ * weight once per step at memory bandwidth.
+ *
+ * Two pool tasks per group of projections of the same input (Q/K/V, gate/
+ * up): pack A (threads split its panels), then every thread runs its share
+ * of the rows of every weight (whole gemm_nr groups, so no two threads
+ * write the same cache line of an output row) and adds the biases to them.
+ *
+ * Measured choice vs oneDNN: see engine/onednn_matmul.c and README
+ * "Float matmuls". */
+#include "model_internal.h"
+
+/* Fewer rows than this: the vec_dot path. The GEMM pads A to 12-row panels
+ * and repacks each weight slice per call, which only pays from a few rows
+ * on (measured with the 1B shapes: at 8 rows the GEMM is ~3x faster, at 1-2
+ * it loses to streaming dots). */
+#define FT_GEMM_MIN_ROWS 4
+
+bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w) {
+    if (f->n_rows < FT_GEMM_MIN_ROWS)
+        return false;
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    return fk->gemm_mr > 0 && fk->gemm_packed_size(w->type, f->n_rows, w->cols) > 0 &&
+           fk->gemm_packed_size(w->type, f->n_rows, w->cols) <= f->s->act_size;
+}
+
+struct pack_task {
+    const struct ft_float_kernels *fk;
+    enum ft_type wt;
+    const float *in;
+    int64_t m, k;
+    void *packed;
+};
+
+static void pack_run(void *ctx, int ith, int nth) {
+    const struct pack_task *t = ctx;
+    const int64_t panels = (t->m + t->fk->gemm_mr - 1) / t->fk->gemm_mr;
+    const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
+    if (p1 > p0)
+        t->fk->gemm_pack(t->wt, t->in, t->k, t->m, t->k, p0, p1, t->packed);
+}
+
+struct gemm_task {
+    const struct ft_float_kernels *fk;
+    int n;
+    float *const *outs;
+    const struct ft_weight *const *ws;
+    const struct ft_weight *const *bs;
+    const void *packed;
+    int64_t m;
+};
+
+static void gemm_run(void *ctx, int ith, int nth) {
+    const struct gemm_task *t = ctx;
+    const int64_t nr = t->fk->gemm_nr;
+    for (int i = 0; i < t->n; i++) {
+        const struct ft_weight *w = t->ws[i];
+        const int64_t groups = (w->rows + nr - 1) / nr;
+        const int64_t r0 = FT_MIN(w->rows, groups * ith / nth * nr);
+        const int64_t r1 = FT_MIN(w->rows, groups * (ith + 1) / nth * nr);
+        if (r1 <= r0)
+            continue;
+        float *out = t->outs[i];
+        t->fk->gemm(w->type, w->data, w->row_size, w->cols, r0, r1, t->packed, t->m, out, w->rows);
+        const struct ft_weight *b = t->bs ? t->bs[i] : NULL;
+        if (b && b->data) {
+            const float *bias = b->data;
+            for (int64_t row = 0; row < t->m; row++)
+                for (int64_t r = r0; r < r1; r++)
+                    out[row * w->rows + r] += bias[r];
+        }
+    }
+}
+
+void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
+                   const struct ft_weight *const *bs) {
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    struct pack_task p = {fk, ws[0]->type, in, f->n_rows, ws[0]->cols, f->s->act};
+    ft_threadpool_run(f->m->pool, pack_run, &p);
+    struct gemm_task g = {fk, n, outs, ws, bs, f->s->act, f->n_rows};
+    ft_threadpool_run(f->m->pool, gemm_run, &g);
+}

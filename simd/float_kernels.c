@@ -1,0 +1,50 @@
+/* The per-level tables of float ops (include/ft/ops.h: struct
+ * ft_float_kernels): the scalar level holds the _ref functions and no GEMM;
+ * each other level starts from a copy of it and its kernel files replace
+ * the slots they have faster versions of. Filled once (pthread_once) for
+ * every level this CPU can run, like the type table in simd/types.c. */
+#include "ft/cpu.h"
+#include "ft/ops.h"
+
+#include "kernels.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+static struct ft_float_kernels g_tables[FT_ISA_COUNT];
+static bool g_have_table[FT_ISA_COUNT];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static const struct ft_float_kernels g_scalar = {
+    .gemm_mr = 0,
+};
+
+static void tables_init(void) {
+    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
+        if (!ft_isa_supported((enum ft_isa)isa))
+            continue;
+        g_tables[isa] = g_scalar;
+        switch ((enum ft_isa)isa) {
+#ifdef FT_SIMD_X86
+        case FT_ISA_AVX512:
+            ft_simd_fill_avx512_gemm(&g_tables[isa], ft_cpu_info()->avx512_bf16);
+            break;
+#endif
+        default:
+            break;
+        }
+        g_have_table[isa] = true;
+    }
+}
+
+const struct ft_float_kernels *ft_float_kernels_isa(enum ft_isa isa) {
+    if ((unsigned)isa >= FT_ISA_COUNT)
+        return NULL;
+    pthread_once(&g_once, tables_init);
+    return g_have_table[isa] ? &g_tables[isa] : NULL;
+}
+
+const struct ft_float_kernels *ft_float_kernels(void) {
+    pthread_once(&g_once, tables_init);
+    return &g_tables[ft_cpu_isa()];
+}
