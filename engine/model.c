@@ -299,7 +299,7 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_seq);
     free(s->row_out);
     free(s->rope_cache);
-    free(s->attn_tmp);
+    free(s->attn_scratch);
     memset(s, 0, sizeof(*s));
 }
 
@@ -412,10 +412,18 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    m->s.attn_tmp_stride = ((size_t)m->hp.head_dim_k + 31) & ~(size_t)31;
-    m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
+    /* Sized for every kernel level, since the level may be forced later. */
+    size_t attn = 0;
+    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
+        const struct ft_float_kernels *fk = ft_float_kernels_isa((enum ft_isa)isa);
+        if (fk)
+            attn = FT_MAX(attn, fk->attention_scratch(ft_attn_rows_per_block(&m->hp), m->hp.n_head / m->hp.n_head_kv,
+                                                      m->hp.head_dim_k, m->hp.head_dim_v));
+    }
+    m->s.attn_scratch_stride = (attn + 63) & ~(size_t)63;
+    m->s.attn_scratch = malloc((size_t)nth * m->s.attn_scratch_stride);
     m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
-    if (!m->s.attn_tmp || !m->s.rope_cache) {
+    if (!m->s.attn_scratch || !m->s.rope_cache) {
         rc = FT_ENOMEM;
         FT_LOG_E("out of memory");
         goto fail;

@@ -93,8 +93,8 @@ struct ft_scratch {
     int32_t *row_seq; /* (cap) sequence of each row */
     int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
     float *rope_cache;  /* (head_dim_k) cos/sin of one position */
-    uint16_t *attn_tmp; /* per thread: attn_tmp_stride fp16 (Q of one head) */
-    size_t attn_tmp_stride;
+    char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
+    size_t attn_scratch_stride;
 };
 
 struct ft_model {
@@ -199,6 +199,9 @@ void ft_blk_scale(struct ft_fwd *f, float *x, int64_t width, float scale);
 void ft_blk_kv_store(struct ft_fwd *f, int il);
 /* Keep only the rows that want logits in x and q (and their positions). */
 void ft_blk_keep_out_rows(struct ft_fwd *f);
+/* Rows of a block of the attention kernel (engine/blocks.c). */
+#define FT_ATTN_MAX_ROWS 8
+int ft_attn_rows_per_block(const struct ft_hparams *hp);
 /* att = attention of q over the cache of layer il; window > 0 limits it
  * to the last `window` positions (sliding-window layers). */
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);

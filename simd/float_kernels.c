@@ -15,8 +15,14 @@ static struct ft_float_kernels g_tables[FT_ISA_COUNT];
 static bool g_have_table[FT_ISA_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+static size_t attention_scratch_ref(int n_rows, int n_heads, int64_t dk, int64_t dv) {
+    return (size_t)dk * sizeof(uint16_t);
+}
+
 static const struct ft_float_kernels g_scalar = {
     .gemm_mr = 0,
+    .attention = ft_attention_rows_ref,
+    .attention_scratch = attention_scratch_ref,
 };
 
 static void tables_init(void) {
@@ -28,6 +34,7 @@ static void tables_init(void) {
 #ifdef FT_SIMD_X86
         case FT_ISA_AVX512:
             ft_simd_fill_avx512_gemm(&g_tables[isa], ft_cpu_info()->avx512_bf16);
+            ft_simd_fill_avx512_attn(&g_tables[isa]);
             break;
 #endif
         default:

@@ -204,3 +204,11 @@ void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const
     for (int64_t d = 0; d < dv; d++)
         out[d] *= inv;
 }
+
+void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                           const struct ft_attn_kv *kv, void *scratch) {
+    for (int i = 0; i < a->n_rows; i++)
+        for (int h = 0; h < a->n_heads; h++)
+            ft_attention_ref(a->q + i * a->q_row + h * dk, dk, dv, scale, kv, a->p0[i], a->p1[i],
+                             a->out + i * a->out_row + h * dv, scratch);
+}

@@ -75,6 +75,25 @@ struct ft_attn_kv {
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch);
 
+/* A block of query rows of one sequence against one KV head: for row
+ * i < n_rows and query head h < n_heads (the heads sharing that KV head),
+ *   out + i * out_row + h * dv = attention of q + i * q_row + h * dk over
+ *   positions p0[i]..p1[i] (empty when p0 > p1: out = 0),
+ * each as ft_attention_ref computes it. */
+struct ft_attn_rows {
+    const float *q;
+    int64_t q_row;
+    float *out;
+    int64_t out_row;
+    int n_rows;
+    int n_heads;
+    const int32_t *p0;
+    const int32_t *p1;
+};
+/* ft_attention_ref per row and head; scratch: at least dk uint16_t. */
+void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                           const struct ft_attn_kv *kv, void *scratch);
+
 /* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type),
  * row i at out + i * ft_row_size(type, k). F32 copies. */
 void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int64_t k, void *out);
@@ -113,6 +132,12 @@ struct ft_float_kernels {
                       void *packed);
     void (*gemm)(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,
                  const void *packed, int64_t m, float *c, int64_t ldc);
+
+    /* Attention (ft_attention_rows_ref's contract) and the bytes of
+     * scratch one call needs for a block of n_rows x n_heads queries. */
+    void (*attention)(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                      const struct ft_attn_kv *kv, void *scratch);
+    size_t (*attention_scratch)(int n_rows, int n_heads, int64_t dk, int64_t dv);
 };
 
 /* The table of the level in use (ft_cpu_isa()); never NULL. */
