@@ -56,6 +56,7 @@ struct gemm_task {
     const struct ft_weight *const *bs;
     const void *packed;
     int64_t m;
+    int glu; /* 0: none; else 1 + enum ft_glu: outs[0] = act(outs[0]) * outs[1] */
 };
 
 static void gemm_run(void *ctx, int ith, int nth) {
@@ -77,6 +78,15 @@ static void gemm_run(void *ctx, int ith, int nth) {
                 for (int64_t r = r0; r < r1; r++)
                     out[row * w->rows + r] += bias[r];
         }
+        if (t->glu && i == 1) { /* gate and up have the same rows, so the same split */
+            const struct ft_float_kernels *fk = t->fk;
+            void (*act)(float *, const float *, const float *, int64_t) =
+                t->glu - 1 == FT_GLU_SILU ? fk->swiglu : fk->geglu;
+            for (int64_t row = 0; row < t->m; row++) {
+                float *g = t->outs[0] + row * w->rows + r0;
+                act(g, g, t->outs[1] + row * w->rows + r0, r1 - r0);
+            }
+        }
     }
 }
 
@@ -85,6 +95,17 @@ void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs,
     const struct ft_float_kernels *fk = ft_float_kernels();
     struct pack_task p = {fk, ws[0]->type, in, f->n_rows, ws[0]->cols, f->s->act};
     ft_threadpool_run(f->m->pool, pack_run, &p);
-    struct gemm_task g = {fk, n, outs, ws, bs, f->s->act, f->n_rows};
+    struct gemm_task g = {fk, n, outs, ws, bs, f->s->act, f->n_rows, 0};
+    ft_threadpool_run(f->m->pool, gemm_run, &g);
+}
+
+void ft_gemm_float_glu(struct ft_fwd *f, const float *in, const struct ft_weight *gate, const struct ft_weight *up,
+                       enum ft_glu act, float *gate_out, float *up_out) {
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    float *outs[2] = {gate_out, up_out};
+    const struct ft_weight *ws[2] = {gate, up};
+    struct pack_task p = {fk, gate->type, in, f->n_rows, gate->cols, f->s->act};
+    ft_threadpool_run(f->m->pool, pack_run, &p);
+    struct gemm_task g = {fk, 2, outs, ws, NULL, f->s->act, f->n_rows, 1 + (int)act};
     ft_threadpool_run(f->m->pool, gemm_run, &g);
 }

@@ -189,6 +189,11 @@ void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, cons
 bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w);
 void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
                    const struct ft_weight *const *bs);
+enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
+/* gate = act(gate(in)) * up(in), up = up(in), both through the GEMM (both
+ * weights must satisfy ft_gemm_float_applies and share a type). */
+void ft_gemm_float_glu(struct ft_fwd *f, const float *in, const struct ft_weight *gate, const struct ft_weight *up,
+                       enum ft_glu act, float *gate_out, float *up_out);
 /* q, k, v = xb projections with optional biases. */
 void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l);
 /* Rotate every head of x (n_rows rows of n_head heads of hd) at the rows' positions. */
@@ -208,7 +213,6 @@ void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
 /* x += y over n_rows rows of width. */
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
 
-enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
 /* out = down(act(gate(in)) * up(in)). */
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in);
 /* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */

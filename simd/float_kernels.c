@@ -23,6 +23,10 @@ static const struct ft_float_kernels g_scalar = {
     .gemm_mr = 0,
     .attention = ft_attention_rows_ref,
     .attention_scratch = attention_scratch_ref,
+    .rmsnorm = ft_rmsnorm_ref,
+    .rope_apply = ft_rope_apply_ref,
+    .swiglu = ft_swiglu_ref,
+    .geglu = ft_geglu_ref,
 };
 
 static void tables_init(void) {
@@ -35,6 +39,7 @@ static void tables_init(void) {
         case FT_ISA_AVX512:
             ft_simd_fill_avx512_gemm(&g_tables[isa], ft_cpu_info()->avx512_bf16);
             ft_simd_fill_avx512_attn(&g_tables[isa]);
+            ft_simd_fill_avx512_ops(&g_tables[isa]);
             break;
 #endif
         default:

@@ -45,6 +45,7 @@ void ft_simd_fill_neon_dotprod(struct ft_type_info *table);
 struct ft_float_kernels;
 void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int have_bf16);
 void ft_simd_fill_avx512_attn(struct ft_float_kernels *t);
+void ft_simd_fill_avx512_ops(struct ft_float_kernels *t);
 
 /* Unpacked sub-block scales of a K-quant block, 16 bytes as four
  * little-endian 32-bit words. Kernels turn them into a vector with

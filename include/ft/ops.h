@@ -138,6 +138,12 @@ struct ft_float_kernels {
     void (*attention)(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
                       const struct ft_attn_kv *kv, void *scratch);
     size_t (*attention_scratch)(int n_rows, int n_heads, int64_t dk, int64_t dv);
+
+    /* Row ops with the contracts of their _ref functions above. */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);
+    void (*rope_apply)(float *x, int n_dims, bool neox, const float *cache);
+    void (*swiglu)(float *y, const float *g, const float *u, int64_t n);
+    void (*geglu)(float *y, const float *g, const float *u, int64_t n);
 };
 
 /* The table of the level in use (ft_cpu_isa()); never NULL. */

@@ -19,7 +19,7 @@
 #include "ft/common.h"
 #include "ft/ops.h"
 #include "simd/kernels.h"
-#include "simd/x86/avx512_math.h"
+#include "simd/x86/avx512_common.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -27,36 +27,7 @@
 
 #define TILE 16
 
-static inline __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 static inline int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
-
-/* Same 16x16 transpose as avx512_gemm.c. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        for (int j = 0; j < 2; j++) {
-            const __m512d a = _mm512_castps_pd(t[4 * i + j]), b = _mm512_castps_pd(t[4 * i + j + 2]);
-            r[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 a = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        const __m512 b = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
-        const __m512 d = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        const __m512 e = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-        t[c] = _mm512_shuffle_f32x4(a, d, 0x88);
-        t[8 + c] = _mm512_shuffle_f32x4(a, d, 0xdd);
-        t[4 + c] = _mm512_shuffle_f32x4(b, e, 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(b, e, 0xdd);
-    }
-    for (int i = 0; i < 16; i++)
-        r[i] = t[i];
-}
 
 /* Scratch, in floats, each part a multiple of 16 floats (64 bytes). */
 static size_t scratch_floats(int nq, int64_t dk, int64_t dv) {
@@ -114,7 +85,7 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
             const float *src = a->q + r * a->q_row + h * dk;
             float *dst = qf + (size_t)(r * a->n_heads + h) * dkp;
             for (int64_t d = 0; d < dk; d += 16) {
-                const __m512 v = _mm512_maskz_loadu_ps(mask16(dk - d), src + d);
+                const __m512 v = _mm512_maskz_loadu_ps(ft_mask16(dk - d), src + d);
                 _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
             }
         }
@@ -136,16 +107,16 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
         for (int64_t d0 = 0; d0 < dk; d0 += 16) {
             __m512 r[16];
             for (int j = 0; j < 16; j++)
-                r[j] = j < nk && jb + j >= jlo ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask16(dk - d0), krow + j * kv->k_row + d0))
+                r[j] = j < nk && jb + j >= jlo ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ft_mask16(dk - d0), krow + j * kv->k_row + d0))
                               : _mm512_setzero_ps();
-            transpose16(r);
+            ft_transpose16(r);
             for (int i = 0; i < 16 && d0 + i < dk; i++)
                 _mm512_store_ps(kt + (d0 + i) * TILE, r[i]);
         }
         for (int j = 0; j < TILE; j++)
             for (int64_t d = 0; d < dv; d += 16)
                 _mm512_store_ps(vf + j * dvp + d,
-                                j < nk && jb + j >= jlo ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask16(dv - d), vrow + j * kv->v_row + d))
+                                j < nk && jb + j >= jlo ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ft_mask16(dv - d), vrow + j * kv->v_row + d))
                                        : _mm512_setzero_ps());
 
         const __m512i lane = _mm512_add_epi32(_mm512_set1_epi32(jb),
@@ -206,7 +177,7 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
         float *dst = a->out + r * a->out_row + h * dv;
         const __m512 inv = _mm512_set1_ps(sum[i] == 0.0f ? 0.0f : 1.0f / sum[i]);
         for (int64_t d = 0; d < dv; d += 16)
-            _mm512_mask_storeu_ps(dst + d, mask16(dv - d), _mm512_mul_ps(_mm512_load_ps(acc + (size_t)i * dvp + d), inv));
+            _mm512_mask_storeu_ps(dst + d, ft_mask16(dv - d), _mm512_mul_ps(_mm512_load_ps(acc + (size_t)i * dvp + d), inv));
     }
 }
 

@@ -28,6 +28,7 @@
 #include "ft/ops.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/x86/avx512_common.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -38,42 +39,10 @@
 #define NR 32
 #define KC 256
 
-static inline __mmask16 mask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
-
-/* In-place transpose of 16 rows of 16 floats. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        for (int j = 0; j < 2; j++) {
-            const __m512d a = _mm512_castps_pd(t[4 * i + j]), b = _mm512_castps_pd(t[4 * i + j + 2]);
-            r[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    }
-    /* r[4i + c] now holds columns {c, c+4, c+8, c+12} of rows 4i..4i+3 in
-     * its four 128-bit lanes; gather lanes across the four groups. */
-    for (int c = 0; c < 4; c++) {
-        const __m512 a = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);      /* lanes 0,2 | 0,2 */
-        const __m512 b = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);      /* lanes 1,3 | 1,3 */
-        const __m512 d = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        const __m512 e = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
-        t[c] = _mm512_shuffle_f32x4(a, d, 0x88);      /* lane 0 of each group: column c */
-        t[8 + c] = _mm512_shuffle_f32x4(a, d, 0xdd);  /* lane 2: column c + 8 */
-        t[4 + c] = _mm512_shuffle_f32x4(b, e, 0x88);  /* lane 1: column c + 4 */
-        t[12 + c] = _mm512_shuffle_f32x4(b, e, 0xdd); /* lane 3: column c + 12 */
-    }
-    for (int i = 0; i < 16; i++)
-        r[i] = t[i];
-}
-
 /* 16 consecutive elements of a weight row as f32 (or, for the vdpbf16ps
  * path, 16 bf16 pairs as raw 32-bit lanes); elements past `valid` are 0. */
 static inline __m512 load_w16(enum ft_type wt, const void *p, int64_t valid) {
-    const __mmask16 m = mask16(valid);
+    const __mmask16 m = ft_mask16(valid);
     switch (wt) {
     case FT_TYPE_F16:
         return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
@@ -98,7 +67,7 @@ static void pack_w_f32(enum ft_type wt, const char *w, size_t w_row, int64_t nv,
                 r[j] = row < nv ? load_w16(wt, w + (size_t)row * w_row + (size_t)(k0 + kk) * esz, kv)
                                 : _mm512_setzero_ps();
             }
-            transpose16(r);
+            ft_transpose16(r);
             for (int j = 0; j < 16 && j < kv; j++)
                 _mm512_store_ps(out + (kk + j) * NR + h * 16, r[j]);
         }
@@ -122,7 +91,7 @@ static void pack_w_bf16_pairs(const char *w, size_t w_row, int64_t nv, int64_t k
                                       m, w + (size_t)row * w_row + (size_t)(k0 + 2 * pp) * 2))
                                 : _mm512_setzero_ps();
             }
-            transpose16(r);
+            ft_transpose16(r);
             for (int j = 0; j < 16 && pp + j < pairs; j++)
                 _mm512_store_ps((float *)(out + (pp + j) * NR + h * 16), r[j]);
         }
@@ -228,12 +197,12 @@ static void pack_a(enum ft_type wt, const float *a, int64_t lda, int64_t m, int6
                 if (i >= mv) {
                     r[i] = _mm512_setzero_ps();
                 } else if (!pairs) {
-                    r[i] = round_act(wt, _mm512_maskz_loadu_ps(mask16(kv), a + (r0 + i) * lda + k0));
+                    r[i] = round_act(wt, _mm512_maskz_loadu_ps(ft_mask16(kv), a + (r0 + i) * lda + k0));
                 } else {
                     /* 32 elements -> 16 bf16 pairs in 32-bit lanes */
                     const float *src = a + (r0 + i) * lda + k0;
-                    const __m512 lo = round_act(wt, _mm512_maskz_loadu_ps(mask16(kv), src));
-                    const __m512 hi = round_act(wt, _mm512_maskz_loadu_ps(mask16(kv > 16 ? kv - 16 : 0), src + 16));
+                    const __m512 lo = round_act(wt, _mm512_maskz_loadu_ps(ft_mask16(kv), src));
+                    const __m512 hi = round_act(wt, _mm512_maskz_loadu_ps(ft_mask16(kv > 16 ? kv - 16 : 0), src + 16));
                     const __m512i l16 = _mm512_srli_epi32(_mm512_castps_si512(lo), 16);
                     const __m512i h16 = _mm512_srli_epi32(_mm512_castps_si512(hi), 16);
                     const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(l16)),
@@ -241,7 +210,7 @@ static void pack_a(enum ft_type wt, const float *a, int64_t lda, int64_t m, int6
                     r[i] = _mm512_castsi512_ps(w);
                 }
             }
-            transpose16(r);
+            ft_transpose16(r);
             const int64_t steps = pairs ? FT_MIN(16, (kv + 1) / 2) : FT_MIN(16, kv);
             const int64_t base = pairs ? k0 / 2 : k0;
             for (int64_t j = 0; j < steps; j++)
@@ -288,7 +257,7 @@ static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_
                     }
                 }
             }
-            const __mmask16 m0 = mask16(nv), m1 = mask16(nv > 16 ? nv - 16 : 0);
+            const __mmask16 m0 = ft_mask16(nv), m1 = ft_mask16(nv > 16 ? nv - 16 : 0);
             const int64_t rows = FT_MIN(pn * MR, m - pc * MR);
             for (int64_t i = 0; i < rows; i++) {
                 float *ci = c + (pc * MR + i) * ldc + n;
