@@ -37,7 +37,7 @@ static void tables_init(void) {
         switch ((enum ft_isa)isa) {
 #ifdef FT_SIMD_X86
         case FT_ISA_AVX512:
-            ft_simd_fill_avx512_gemm(&g_tables[isa], ft_cpu_info()->avx512_bf16);
+            ft_simd_fill_avx512_gemm(&g_tables[isa], 0); /* FMA beats vdpbf16ps here: see the file */
             ft_simd_fill_avx512_attn(&g_tables[isa]);
             ft_simd_fill_avx512_ops(&g_tables[isa]);
             break;

@@ -17,10 +17,11 @@
  *     every A panel, so the transpose costs 1/(m/12) of the FMAs;
  *   - the micro-kernel holds a 12x32 tile of C in 24 zmm accumulators:
  *     per k, 2 loads of W, 12 broadcasts of A, 24 FMAs (FMA-bound).
- * BF16 weights on CPUs with AVX512_BF16 use vdpbf16ps on k-pairs instead
- * (packed [k/2][12] pairs of A, [k/2][32] pairs of W): two products per
- * lane per instruction. It treats subnormal bf16 as zero, like the
- * vec_dot_bf16_dp of avx512.c.
+ * BF16 weights are widened (a shift) and take the same FMA kernel; a
+ * vdpbf16ps kernel on k-pairs (packed [k/2][12] pairs of A, [k/2][32]
+ * pairs of W) exists for CPUs where it is faster, but on the test machine
+ * it ran at half the FMA path's speed (see ft_simd_fill_avx512_gemm). It
+ * treats subnormal bf16 as zero, like the vec_dot_bf16_dp of avx512.c.
  *
  * Threads split n in multiples of 32 (ft_float_kernels.gemm_nr): each
  * weight is read by one thread, and the packed A is shared read-only. */
@@ -287,10 +288,15 @@ static void gemm_dp(enum ft_type wt, const void *w, size_t w_row, int64_t k, int
     gemm(wt, w, w_row, k, n0, n1, packed, m, c, ldc, true);
 }
 
-void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int have_bf16) {
+/* use_bf16_dp: take the vdpbf16ps path for BF16 weights. Measured on the
+ * 2-core AVX512_BF16 test machine (Xeon, KVM), one thread, the 1B's shapes
+ * at m = 512: vdpbf16ps 78-80 GFLOP/s, widening bf16 + FMA 125-145 --
+ * vdpbf16ps runs at half the FMA rate there -- so ft_simd_fill_avx512_gemm
+ * passes 0 and the dp path stays, tested, for CPUs where it pays. */
+void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int use_bf16_dp) {
     t->gemm_mr = MR;
     t->gemm_nr = NR;
-    t->gemm_packed_size = have_bf16 ? packed_size_dp : packed_size_fma;
-    t->gemm_pack = have_bf16 ? pack_a_dp : pack_a_fma;
-    t->gemm = have_bf16 ? gemm_dp : gemm_fma;
+    t->gemm_packed_size = use_bf16_dp ? packed_size_dp : packed_size_fma;
+    t->gemm_pack = use_bf16_dp ? pack_a_dp : pack_a_fma;
+    t->gemm = use_bf16_dp ? gemm_dp : gemm_fma;
 }

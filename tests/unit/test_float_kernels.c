@@ -13,6 +13,9 @@
  *     key ranges, GQA groups of 1..4 heads, head sizes with tails:
  *     |fast - ref| <= 1e-5 * max |v| (the output is a convex combination of
  *     V rows);
+ *   - on AVX-512 CPUs with AVX512_BF16, also the vdpbf16ps GEMM that the
+ *     level keeps for CPUs where it beats the FMA path (a table filled with
+ *     use_bf16_dp = 1);
  *   - RMS norm (sums in double), RoPE (normal and NeoX, partial rotation),
  *     GeGLU: bit-identical to the reference; SwiGLU within 4 ulp-ish
  *     (1e-6 relative + 1e-37) since its exp is a polynomial.
@@ -26,6 +29,7 @@
 #include "ft/types.h"
 #include "ft_test.h"
 #include "simd/fp16.h"
+#include "simd/kernels.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -354,5 +358,14 @@ int main(void) {
                ft_isa_name((enum ft_isa)isa), ft_test_failures == before ? "ok" : "FAILED",
                fk->gemm_mr ? "yes" : "none", g_gemm_worst[isa], g_attn_worst[isa]);
     }
+#if defined(__x86_64__)
+    if ((only < 0 || only == FT_ISA_AVX512) && ft_float_kernels_isa(FT_ISA_AVX512) && ft_cpu_info()->avx512_bf16) {
+        struct ft_float_kernels dp = *ft_float_kernels_isa(FT_ISA_AVX512);
+        ft_simd_fill_avx512_gemm(&dp, 1);
+        const int before = ft_test_failures;
+        test_gemm(FT_ISA_AVX512, &dp);
+        printf("avx512 with vdpbf16ps GEMM %s\n", ft_test_failures == before ? "ok" : "FAILED");
+    }
+#endif
     return ft_test_finish("test_float_kernels");
 }
