@@ -36,6 +36,11 @@ static void tables_init(void) {
         g_tables[isa] = g_scalar;
         switch ((enum ft_isa)isa) {
 #ifdef FT_SIMD_X86
+        case FT_ISA_AVX2:
+            ft_simd_fill_avx2_gemm(&g_tables[isa]);
+            ft_simd_fill_avx2_attn(&g_tables[isa]);
+            ft_simd_fill_avx2_ops(&g_tables[isa]);
+            break;
         case FT_ISA_AVX512:
             ft_simd_fill_avx512_gemm(&g_tables[isa], 0); /* FMA beats vdpbf16ps here: see the file */
             ft_simd_fill_avx512_attn(&g_tables[isa]);
