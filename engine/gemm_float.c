@@ -14,8 +14,9 @@
  * of the rows of every weight (whole gemm_nr groups, so no two threads
  * write the same cache line of an output row) and adds the biases to them.
  *
- * Measured choice vs oneDNN: see engine/onednn_matmul.c and README
- * "Float matmuls". */
+ * F32 weights on the avx512 level go to oneDNN instead (in the same task,
+ * on the same slices; engine/onednn_matmul.c says why), which reads A
+ * unpacked. Measured choice: README "Float matmuls". */
 #include "model_internal.h"
 
 /* Fewer rows than this: the vec_dot path. The GEMM pads A to 12-row panels
@@ -50,6 +51,7 @@ static void pack_run(void *ctx, int ith, int nth) {
 
 struct gemm_task {
     const struct ft_float_kernels *fk;
+    const float *in; /* non-NULL: F32 weights through oneDNN, A unpacked */
     int n;
     float *const *outs;
     const struct ft_weight *const *ws;
@@ -70,7 +72,14 @@ static void gemm_run(void *ctx, int ith, int nth) {
         if (r1 <= r0)
             continue;
         float *out = t->outs[i];
-        t->fk->gemm(w->type, w->data, w->row_size, w->cols, r0, r1, t->packed, t->m, out, w->rows);
+        if (!t->in) {
+            t->fk->gemm(w->type, w->data, w->row_size, w->cols, r0, r1, t->packed, t->m, out, w->rows);
+        } else if (ft_onednn_matmul(t->in, t->m, w->cols, (const float *)w->data + r0 * w->cols, r1 - r0, out + r0,
+                                    w->rows) != FT_OK) {
+            /* oneDNN failed (out of cache slots, memory): plain f32 dots */
+            ft_matmul_rows_ref(ft_type_traits(FT_TYPE_F32)->vec_dot, w->data, w->row_size, w->cols, r0, r1, t->in,
+                               (size_t)w->cols * sizeof(float), t->m, out, w->rows);
+        }
         const struct ft_weight *b = t->bs ? t->bs[i] : NULL;
         if (b && b->data) {
             const float *bias = b->data;
@@ -90,22 +99,34 @@ static void gemm_run(void *ctx, int ith, int nth) {
     }
 }
 
+/* Pack A for the GEMM (one pool task), unless the weights go to oneDNN,
+ * which reads the f32 rows as they are: then NULL is returned in *packed
+ * and `in` is what the GEMM task reads. */
+static const float *prepare(struct ft_fwd *f, const float *in, const struct ft_weight *w, const void **packed) {
+    if (ft_onednn_matmul_applies(w)) {
+        *packed = NULL;
+        return in;
+    }
+    struct pack_task p = {ft_float_kernels(), w->type, in, f->n_rows, w->cols, f->s->act};
+    ft_threadpool_run(f->m->pool, pack_run, &p);
+    *packed = f->s->act;
+    return NULL;
+}
+
 void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
                    const struct ft_weight *const *bs) {
-    const struct ft_float_kernels *fk = ft_float_kernels();
-    struct pack_task p = {fk, ws[0]->type, in, f->n_rows, ws[0]->cols, f->s->act};
-    ft_threadpool_run(f->m->pool, pack_run, &p);
-    struct gemm_task g = {fk, n, outs, ws, bs, f->s->act, f->n_rows, 0};
+    const void *packed;
+    const float *raw = prepare(f, in, ws[0], &packed);
+    struct gemm_task g = {ft_float_kernels(), raw, n, outs, ws, bs, packed, f->n_rows, 0};
     ft_threadpool_run(f->m->pool, gemm_run, &g);
 }
 
 void ft_gemm_float_glu(struct ft_fwd *f, const float *in, const struct ft_weight *gate, const struct ft_weight *up,
                        enum ft_glu act, float *gate_out, float *up_out) {
-    const struct ft_float_kernels *fk = ft_float_kernels();
     float *outs[2] = {gate_out, up_out};
     const struct ft_weight *ws[2] = {gate, up};
-    struct pack_task p = {fk, gate->type, in, f->n_rows, gate->cols, f->s->act};
-    ft_threadpool_run(f->m->pool, pack_run, &p);
-    struct gemm_task g = {fk, 2, outs, ws, NULL, f->s->act, f->n_rows, 1 + (int)act};
+    const void *packed;
+    const float *raw = prepare(f, in, gate, &packed);
+    struct gemm_task g = {ft_float_kernels(), raw, 2, outs, ws, NULL, packed, f->n_rows, 1 + (int)act};
     ft_threadpool_run(f->m->pool, gemm_run, &g);
 }

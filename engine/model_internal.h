@@ -189,6 +189,12 @@ void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, cons
 bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w);
 void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
                    const struct ft_weight *const *bs);
+/* oneDNN for F32 weights on the avx512 level (engine/onednn_matmul.c;
+ * false / FT_EUNSUPPORTED in builds without FT_ONEDNN): c (m, n), rows ldc
+ * apart, = a (m, k) W^T for n weight rows of k floats. Called from pool
+ * threads, each on its own slice. */
+bool ft_onednn_matmul_applies(const struct ft_weight *w);
+int ft_onednn_matmul(const float *a, int64_t m, int64_t k, const float *w, int64_t n, float *c, int64_t ldc);
 enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
 /* gate = act(gate(in)) * up(in), up = up(in), both through the GEMM (both
  * weights must satisfy ft_gemm_float_applies and share a type). */
