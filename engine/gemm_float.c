@@ -5,9 +5,9 @@
  * Why a separate path: the row-by-row vec_dot loop re-reads and re-widens
  * every weight row once per token, which leaves a 512-token prefill at a
  * fraction of the FMA peak; the GEMM widens each weight once per call and
- * keeps a 12x32 tile of outputs in registers. Decode batches (fewer than
- * FT_GEMM_MIN_ROWS rows) keep the streaming vec_dot path, which reads each
- * weight once per step at memory bandwidth.
+ * keeps a 12x32 tile of outputs in registers. Below a level's gemm_min_m
+ * rows the vec_dot loop stays (AVX2: 4); AVX-512 has a small-m kernel that
+ * also takes decode (one pass over the weights, each widened once).
  *
  * Two pool tasks per group of projections of the same input (Q/K/V, gate/
  * up): pack A (threads split its panels), then every thread runs its share
@@ -19,17 +19,13 @@
  * unpacked. Measured choice: README "Float matmuls". */
 #include "model_internal.h"
 
-/* Fewer rows than this: the vec_dot path. The GEMM pads A to 12-row panels
- * and repacks each weight slice per call, which only pays from a few rows
- * on (measured with the 1B shapes: at 8 rows the GEMM is ~3x faster, at 1-2
- * it loses to streaming dots). */
-#define FT_GEMM_MIN_ROWS 4
+/* oneDNN takes F32 weights from this many rows on; below, our small-m
+ * kernel streams the weights once (oneDNN measured 8-14 GFLOP/s at 1 row). */
+#define FT_ONEDNN_MIN_ROWS 7
 
 bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w) {
-    if (f->n_rows < FT_GEMM_MIN_ROWS)
-        return false;
     const struct ft_float_kernels *fk = ft_float_kernels();
-    return fk->gemm_mr > 0 && fk->gemm_packed_size(w->type, f->n_rows, w->cols) > 0 &&
+    return fk->gemm_mr > 0 && f->n_rows >= fk->gemm_min_m && fk->gemm_packed_size(w->type, f->n_rows, w->cols) > 0 &&
            fk->gemm_packed_size(w->type, f->n_rows, w->cols) <= f->s->act_size;
 }
 
@@ -103,7 +99,7 @@ static void gemm_run(void *ctx, int ith, int nth) {
  * which reads the f32 rows as they are: then NULL is returned in *packed
  * and `in` is what the GEMM task reads. */
 static const float *prepare(struct ft_fwd *f, const float *in, const struct ft_weight *w, const void **packed) {
-    if (ft_onednn_matmul_applies(w)) {
+    if (f->n_rows >= FT_ONEDNN_MIN_ROWS && ft_onednn_matmul_applies(w)) {
         *packed = NULL;
         return in;
     }

@@ -126,6 +126,8 @@ struct ft_float_kernels {
      * gemm_nr. gemm_mr == 0: this level has no GEMM. */
     int gemm_mr;
     int gemm_nr;
+    /* Fewer rows than this: the vec_dot loop (ft_matmul_rows_ref) is faster. */
+    int gemm_min_m;
     /* Bytes of packed A for m rows of k; 0 when wt is not handled. */
     size_t (*gemm_packed_size)(enum ft_type wt, int64_t m, int64_t k);
     void (*gemm_pack)(enum ft_type wt, const float *a, int64_t lda, int64_t m, int64_t k, int64_t p0, int64_t p1,

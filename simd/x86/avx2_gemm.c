@@ -151,6 +151,9 @@ static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_
 void ft_simd_fill_avx2_gemm(struct ft_float_kernels *t) {
     t->gemm_mr = MR;
     t->gemm_nr = NR;
+    /* No small-m kernel yet: below 4 rows the per-call weight transposes
+     * cost more than the vec_dot loop (measured break-even at ~4 rows). */
+    t->gemm_min_m = 4;
     t->gemm_packed_size = gemm_packed_size;
     t->gemm_pack = gemm_pack;
     t->gemm = gemm;

@@ -1,7 +1,6 @@
 /* AVX2 elementwise ops: the "avx2" level's rmsnorm, rope_apply, swiglu and
  * geglu, with the numerics of avx512_ops.c (bit-identical to the reference
- * except SwiGLU's exp polynomial). Tails shorter than a vector run the
- * reference's own scalar expressions. */
+ * except SwiGLU's exp polynomial). */
 #include "ft/ops.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
@@ -39,38 +38,34 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
         y[i] = w ? x[i] * scale * w[i] : x[i] * scale;
 }
 
+/* Tails go through masked loads and stores, not scalar code: GCC's SLP
+ * vectorizer turned the reference's scalar x0*c - x1*s / x0*s + x1*c into
+ * vfmaddsub despite -ffp-contract=off (GCC 12), one rounding short of the
+ * reference. */
 static void rope_apply(float *x, int n_dims, bool neox, const float *cache) {
     const int half = n_dims / 2;
-    int i = 0;
     if (!neox) {
-        for (; i + 8 <= n_dims; i += 8) {
-            const __m256 v = _mm256_loadu_ps(x + i);
-            const __m256 cs = _mm256_loadu_ps(cache + i);
+        for (int i = 0; i < n_dims; i += 8) {
+            const __m256i m = ft_lanes8(n_dims - i);
+            const __m256 v = _mm256_maskload_ps(x + i, m);
+            const __m256 cs = _mm256_maskload_ps(cache + i, m);
             const __m256 t1 = _mm256_mul_ps(v, _mm256_moveldup_ps(cs));
             const __m256 t2 = _mm256_mul_ps(_mm256_permute_ps(v, 0xb1), _mm256_movehdup_ps(cs));
-            _mm256_storeu_ps(x + i, _mm256_addsub_ps(t1, t2)); /* even: t1 - t2, odd: t1 + t2 */
-        }
-        for (; i < n_dims; i += 2) {
-            const float c = cache[i], s = cache[i + 1], x0 = x[i], x1 = x[i + 1];
-            x[i] = x0 * c - x1 * s;
-            x[i + 1] = x0 * s + x1 * c;
+            _mm256_maskstore_ps(x + i, m, _mm256_addsub_ps(t1, t2)); /* even: t1 - t2, odd: t1 + t2 */
         }
         return;
     }
     const __m256i deint = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    for (; i + 8 <= half; i += 8) {
+    for (int i = 0; i < half; i += 8) {
         /* cache + 2i: (c0 s0 c1 s1 c2 s2 c3 s3)(c4 s4 ... ) -> c0..c7, s0..s7 */
-        const __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(cache + 2 * i), deint);     /* c0-3 s0-3 */
-        const __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(cache + 2 * i + 8), deint); /* c4-7 s4-7 */
+        const __m256 a = _mm256_permutevar8x32_ps(_mm256_maskload_ps(cache + 2 * i, ft_lanes8(2 * (half - i))), deint);
+        const __m256 b =
+            _mm256_permutevar8x32_ps(_mm256_maskload_ps(cache + 2 * i + 8, ft_lanes8(2 * (half - i) - 8)), deint);
         const __m256 c = _mm256_permute2f128_ps(a, b, 0x20), s = _mm256_permute2f128_ps(a, b, 0x31);
-        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + half);
-        _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
-        _mm256_storeu_ps(x + i + half, _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
-    }
-    for (; i < half; i++) {
-        const float c = cache[2 * i], s = cache[2 * i + 1], x0 = x[i], x1 = x[i + half];
-        x[i] = x0 * c - x1 * s;
-        x[i + half] = x0 * s + x1 * c;
+        const __m256i m = ft_lanes8(half - i);
+        const __m256 x0 = _mm256_maskload_ps(x + i, m), x1 = _mm256_maskload_ps(x + i + half, m);
+        _mm256_maskstore_ps(x + i, m, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
+        _mm256_maskstore_ps(x + i + half, m, _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
     }
 }
 
