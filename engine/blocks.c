@@ -21,6 +21,7 @@
 #include "model_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 bool ft_layer_is_swa(const struct ft_hparams *hp, int il) {
@@ -182,6 +183,10 @@ static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w-
 
 void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
                    const float *in) {
+    if (ft_gemm_float_applies(f, w)) { /* float weights, prefill: engine/gemm_float.c */
+        ft_gemm_float(f, in, 1, &out, &w, &bias);
+        return;
+    }
     size_t row;
     const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
     matmul_act(f, out, w->rows, w, bias, act, row, false);
@@ -192,6 +197,10 @@ void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, c
     /* llama.cpp keeps all rows of the batch through the last layer's
      * output projection and only then selects the rows that want logits;
      * we drop them before attention, but pick its kernels by all rows */
+    if (ft_gemm_float_applies(f, wo)) { /* float weights, prefill: engine/gemm_float.c */
+        ft_gemm_float(f, in, 1, &out, &wo, &bo);
+        return;
+    }
     size_t row;
     const void *act = convert_act(f, in, wo->cols, vdt_of(wo), &row);
     matmul_act(f, out, wo->rows, wo, bo, act, row, true);
@@ -204,7 +213,19 @@ static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *c
     enum ft_type have = FT_TYPE_COUNT;
     const void *act = NULL;
     size_t row = 0;
+    bool all_gemm = true; /* float weights of one type, prefill: one GEMM task for all */
+    for (int i = 0; i < n; i++)
+        all_gemm = all_gemm && ws[i]->type == ws[0]->type && ft_gemm_float_applies(f, ws[i]);
+    if (all_gemm) {
+        ft_gemm_float(f, in, n, outs, ws, bs);
+        return;
+    }
     for (int i = 0; i < n; i++) {
+        if (ft_gemm_float_applies(f, ws[i])) {
+            ft_gemm_float(f, in, 1, &outs[i], &ws[i], &bs[i]);
+            have = FT_TYPE_COUNT; /* it overwrote the activation buffer */
+            continue;
+        }
         const enum ft_type vdt = vdt_of(ws[i]);
         if (vdt != have) {
             act = convert_act(f, in, ws[i]->cols, vdt, &row);
@@ -223,67 +244,154 @@ void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
 
 /* ---- elementwise and per-row blocks ------------------------------------------ */
 
-void ft_blk_embed(struct ft_fwd *f, float scale) {
+/* Row ops run on the pool when the batch has at least this many rows;
+ * below that (decode) inline: a decode step's norm takes a microsecond or
+ * two, about what waking the workers costs. */
+#define FT_ROWS_PARALLEL 16
+
+typedef void (*rows_fn)(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1);
+
+struct rows_task {
+    rows_fn fn;
+    const void *ctx;
+    struct ft_fwd *f;
+    int64_t n;
+};
+
+static void rows_run(void *ctx, int ith, int nth) {
+    const struct rows_task *t = ctx;
+    const int64_t i0 = t->n * ith / nth, i1 = t->n * (ith + 1) / nth;
+    if (i1 > i0)
+        t->fn(t->ctx, t->f, i0, i1);
+}
+
+/* fn over rows [0, n), split over the pool for large batches. */
+static void for_rows(struct ft_fwd *f, int64_t n, rows_fn fn, const void *ctx) {
+    if (f->n_rows < FT_ROWS_PARALLEL) {
+        fn(ctx, f, 0, n);
+        return;
+    }
+    struct rows_task t = {fn, ctx, f, n};
+    ft_threadpool_run(f->m->pool, rows_run, &t);
+}
+
+struct embed_ctx {
+    float scale;
+};
+
+static void embed_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct embed_ctx *c = ctx;
     const struct ft_weight *e = &f->m->tok_embd;
     const ft_to_float_fn to_float = ft_type_traits(e->type)->to_float;
-    for (int32_t i = 0; i < f->n; i++) {
-        float *x = f->s->x + (int64_t)i * e->cols;
+    for (int64_t i = i0; i < i1; i++) {
+        float *x = f->s->x + i * e->cols;
         to_float((const char *)e->data + (size_t)f->token[i] * e->row_size, x, e->cols);
-        if (scale != 1.0f)
+        if (c->scale != 1.0f)
             for (int64_t j = 0; j < e->cols; j++)
-                x[j] *= scale;
+                x[j] *= c->scale;
     }
+}
+
+void ft_blk_embed(struct ft_fwd *f, float scale) {
+    const struct embed_ctx c = {scale};
+    for_rows(f, f->n, embed_rows, &c);
+}
+
+struct norm_ctx {
+    float *y;
+    const float *x;
+    const float *w;
+    int64_t n;
+};
+
+static void norm_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct norm_ctx *c = ctx;
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    for (int64_t i = i0; i < i1; i++)
+        fk->rmsnorm(c->y + i * c->n, c->x + i * c->n, c->w, c->n, f->m->hp.norm_eps);
 }
 
 void ft_blk_rmsnorm(struct ft_fwd *f, float *y, const float *x, const struct ft_weight *w) {
-    const int64_t n = w->cols;
-    for (int32_t i = 0; i < f->n_rows; i++)
-        ft_rmsnorm_ref(y + i * n, x + i * n, w->data, n, f->m->hp.norm_eps);
+    const struct norm_ctx c = {y, x, w->data, w->cols};
+    for_rows(f, f->n_rows, norm_rows, &c);
 }
 
 void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct ft_weight *w) {
-    const int64_t hd = w->cols;
-    const int64_t rows = (int64_t)f->n_rows * n_head;
-    for (int64_t i = 0; i < rows; i++)
-        ft_rmsnorm_ref(x + i * hd, x + i * hd, w->data, hd, f->m->hp.norm_eps);
+    const struct norm_ctx c = {x, x, w->data, w->cols};
+    for_rows(f, (int64_t)f->n_rows * n_head, norm_rows, &c);
 }
 
-void ft_blk_rope(struct ft_fwd *f, float *x, int32_t n_head, int32_t hd, const struct ft_rope *r) {
-    float *cache = f->s->rope_cache;
-    for (int32_t i = 0; i < f->n_rows; i++) {
-        ft_rope_cache_ref(r, f->s->row_pos[i], cache);
-        for (int32_t h = 0; h < n_head; h++)
-            ft_rope_apply_ref(x + ((int64_t)i * n_head + h) * hd, r->n_dims, r->neox, cache);
+struct rope_ctx {
+    float *x;
+    int32_t n_head, hd;
+    const struct ft_rope *r;
+};
+
+static void rope_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct rope_ctx *c = ctx;
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    float cache[4096]; /* n_rot <= head_dim_k <= 4096 (checked at load) */
+    for (int64_t i = i0; i < i1; i++) {
+        ft_rope_cache_ref(c->r, f->s->row_pos[i], cache);
+        for (int32_t h = 0; h < c->n_head; h++)
+            fk->rope_apply(c->x + (i * c->n_head + h) * c->hd, c->r->n_dims, c->r->neox, cache);
     }
 }
 
+void ft_blk_rope(struct ft_fwd *f, float *x, int32_t n_head, int32_t hd, const struct ft_rope *r) {
+    const struct rope_ctx c = {x, n_head, hd, r};
+    for_rows(f, f->n_rows, rope_rows, &c);
+}
+
+struct scale_ctx {
+    float *x;
+    const float *y;
+    int64_t width;
+    float scale;
+};
+
+static void scale_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct scale_ctx *c = ctx;
+    for (int64_t i = i0 * c->width; i < i1 * c->width; i++)
+        c->x[i] *= c->scale;
+}
+
 void ft_blk_scale(struct ft_fwd *f, float *x, int64_t width, float scale) {
-    const int64_t n = (int64_t)f->n_rows * width;
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= scale;
+    const struct scale_ctx c = {x, NULL, width, scale};
+    for_rows(f, f->n_rows, scale_rows, &c);
+}
+
+static void add_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct scale_ctx *c = ctx;
+    for (int64_t i = i0 * c->width; i < i1 * c->width; i++)
+        c->x[i] += c->y[i];
 }
 
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width) {
-    const int64_t n = (int64_t)f->n_rows * width;
-    for (int64_t i = 0; i < n; i++)
-        x[i] += y[i];
+    const struct scale_ctx c = {x, y, width, 1.0f};
+    for_rows(f, f->n_rows, add_rows, &c);
 }
 
 /* ---- KV and attention --------------------------------------------------------- */
 
-void ft_blk_kv_store(struct ft_fwd *f, int il) {
+struct kv_store_ctx {
+    int il;
+};
+
+static void kv_store_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct kv_store_ctx *c = ctx;
     struct ft_kv_cache *kv = f->kv;
-    for (int32_t i = 0; i < f->n_rows; i++) {
+    const ft_from_float_fn to_f16 = ft_type_traits(FT_TYPE_F16)->from_float; /* the reference's bytes */
+    for (int64_t i = i0; i < i1; i++) {
         const int64_t cell = ft_kv_cell(kv, f->s->row_seq[i], f->s->row_pos[i]);
-        uint16_t *kd = kv->k[il] + cell * kv->k_row;
-        uint16_t *vd = kv->v[il] + cell * kv->v_row;
-        const float *ks = f->s->k + (int64_t)i * kv->k_row;
-        const float *vs = f->s->v + (int64_t)i * kv->v_row;
-        for (int64_t j = 0; j < kv->k_row; j++)
-            kd[j] = ft_fp32_to_fp16(ks[j]);
-        for (int64_t j = 0; j < kv->v_row; j++)
-            vd[j] = ft_fp32_to_fp16(vs[j]);
+        to_f16(f->s->k + i * kv->k_row, kv->k[c->il] + cell * kv->k_row, kv->k_row);
+        to_f16(f->s->v + i * kv->v_row, kv->v[c->il] + cell * kv->v_row, kv->v_row);
     }
+}
+
+void ft_blk_kv_store(struct ft_fwd *f, int il) {
+    const struct kv_store_ctx c = {il};
+    for_rows(f, f->n_rows, kv_store_rows, &c);
 }
 
 void ft_blk_keep_out_rows(struct ft_fwd *f) {
@@ -307,15 +415,82 @@ void ft_blk_keep_out_rows(struct ft_fwd *f) {
     count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
 }
 
+/* Attention work items: (block of up to attn_rows consecutive rows, KV
+ * head), handed out through an atomic counter latest rows first (they have
+ * the most keys), so two threads stay busy on a causal prefill whose rows
+ * differ 512-fold in cost, and on decode the KV heads spread over threads.
+ * A block whose rows belong to several sequences is cut where the sequence
+ * changes: one kernel call reads one sequence's cache. */
 struct attn_task {
     struct ft_fwd *f;
     int il;
     float scale;
     int32_t window;
+    int rows;          /* rows per block */
+    int64_t n_items;
+    atomic_int_fast64_t next;
 };
 
 static void attn_run(void *ctx, int ith, int nth) {
-    const struct attn_task *t = ctx;
+    struct attn_task *t = ctx;
+    const struct ft_fwd *f = t->f;
+    const struct ft_hparams *hp = &f->m->hp;
+    const struct ft_kv_cache *kv = f->kv;
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
+    const int64_t n_blocks = (f->n_rows + t->rows - 1) / t->rows;
+    void *scratch = f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride;
+    int32_t p0[FT_ATTN_MAX_ROWS], p1[FT_ATTN_MAX_ROWS];
+    (void)nth;
+
+    for (;;) {
+        const int64_t it = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (it >= t->n_items)
+            break;
+        const int64_t b = n_blocks - 1 - it / hp->n_head_kv;
+        const int32_t kvh = (int32_t)(it % hp->n_head_kv);
+        const int32_t r_end = (int32_t)FT_MIN(f->n_rows, (b + 1) * t->rows);
+        for (int32_t r0 = (int32_t)(b * t->rows); r0 < r_end;) {
+            const int32_t seq = f->s->row_seq[r0];
+            int32_t r1 = r0;
+            for (; r1 < r_end && f->s->row_seq[r1] == seq; r1++) {
+                const int32_t pos = f->s->row_pos[r1];
+                /* llama.cpp masks key j of a sliding-window layer when pos - j >= window. */
+                p0[r1 - r0] = t->window > 0 ? FT_MAX(0, pos - t->window + 1) : 0;
+                p1[r1 - r0] = pos;
+            }
+            const struct ft_attn_kv a = {
+                .k = kv->k[t->il] + (int64_t)kvh * hp->head_dim_k,
+                .v = kv->v[t->il] + (int64_t)kvh * hp->head_dim_v,
+                .blocks = kv->seqs[seq].blocks,
+                .block_tokens = FT_KV_BLOCK_TOKENS,
+                .k_row = kv->k_row,
+                .v_row = kv->v_row,
+            };
+            const int64_t q_row = (int64_t)hp->n_head * hp->head_dim_k;
+            const int64_t o_row = (int64_t)hp->n_head * hp->head_dim_v;
+            const struct ft_attn_rows rows = {
+                .q = f->s->q + r0 * q_row + (int64_t)kvh * group * hp->head_dim_k,
+                .q_row = q_row,
+                .out = f->s->att + r0 * o_row + (int64_t)kvh * group * hp->head_dim_v,
+                .out_row = o_row,
+                .n_rows = r1 - r0,
+                .n_heads = group,
+                .p0 = p0,
+                .p1 = p1,
+            };
+            fk->attention(&rows, hp->head_dim_k, hp->head_dim_v, t->scale, &a, scratch);
+            r0 = r1;
+        }
+    }
+}
+
+/* The reference path (levels without an attention kernel of their own):
+ * one (row, head) item at a time through ft_attention_ref, or
+ * ft_attention_tiled_ref where llama.cpp's CPU flash attention switches to
+ * its tiled algorithm, so the logits equal llama.cpp's (simd/ops_ref.c). */
+static void attn_run_ref(void *ctx, int ith, int nth) {
+    struct attn_task *t = ctx;
     const struct ft_fwd *f = t->f;
     const struct ft_hparams *hp = &f->m->hp;
     const struct ft_kv_cache *kv = f->kv;
@@ -323,7 +498,7 @@ static void attn_run(void *ctx, int ith, int nth) {
     const int64_t i0 = n_items * ith / nth;
     const int64_t i1 = n_items * (ith + 1) / nth;
     const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
-    uint16_t *tmp = f->s->attn_tmp + (size_t)ith * f->s->attn_tmp_stride;
+    uint16_t *tmp = (uint16_t *)(f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride);
 
     for (int64_t it = i0; it < i1; it++) {
         const int32_t r = (int32_t)(it / hp->n_head);
@@ -352,24 +527,51 @@ static void attn_run(void *ctx, int ith, int nth) {
     }
 }
 
+int ft_attn_rows_per_block(const struct ft_hparams *hp) {
+    /* Up to 32 query vectors of <= 128 dims share each widened K/V tile and
+     * stay in L1 with it; wider heads take fewer rows. */
+    return hp->head_dim_k <= 128 && hp->head_dim_v <= 128 ? FT_ATTN_MAX_ROWS : FT_ATTN_MAX_ROWS / 2;
+}
+
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
-    struct attn_task t = {f, il, kq_scale, window};
-    ft_threadpool_run(f->m->pool, attn_run, &t);
+    const struct ft_hparams *hp = &f->m->hp;
+    struct attn_task t = {f, il, kq_scale, window, ft_attn_rows_per_block(hp), 0, 0};
+    t.n_items = (f->n_rows + t.rows - 1) / t.rows * hp->n_head_kv;
+    atomic_init(&t.next, 0);
+    ft_threadpool_run(f->m->pool, ft_float_kernels()->attention == ft_attention_rows_ref ? attn_run_ref : attn_run,
+                      &t);
 }
 
 /* ---- MLP and output ------------------------------------------------------------ */
 
+struct glu_ctx {
+    enum ft_glu act;
+    int64_t n;
+};
+
+static void glu_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1) {
+    const struct glu_ctx *c = ctx;
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    float *g = f->s->gate + i0 * c->n;
+    const float *u = f->s->up + i0 * c->n;
+    (c->act == FT_GLU_SILU ? fk->swiglu : fk->geglu)(g, g, u, (i1 - i0) * c->n);
+}
+
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in) {
     struct ft_scratch *s = f->s;
-    float *outs[2] = {s->gate, s->up};
-    const struct ft_weight *ws[2] = {&l->ffn_gate, &l->ffn_up};
-    const struct ft_weight *bs[2] = {NULL, NULL};
-    matmul_same_input(f, in, 2, outs, ws, bs);
-    const int64_t n = (int64_t)f->n_rows * l->ffn_gate.rows;
-    if (act == FT_GLU_SILU)
-        ft_swiglu_ref(s->gate, s->gate, s->up, n);
-    else
-        ft_geglu_ref(s->gate, s->gate, s->up, n);
+    if (l->ffn_gate.type == l->ffn_up.type && ft_gemm_float_applies(f, &l->ffn_gate) &&
+        ft_gemm_float_applies(f, &l->ffn_up)) {
+        /* gate and up in one GEMM task, the GLU applied by each thread to
+         * the columns it computed (no extra pass or barrier) */
+        ft_gemm_float_glu(f, in, &l->ffn_gate, &l->ffn_up, act, s->gate, s->up);
+    } else {
+        float *outs[2] = {s->gate, s->up};
+        const struct ft_weight *ws[2] = {&l->ffn_gate, &l->ffn_up};
+        const struct ft_weight *bs[2] = {NULL, NULL};
+        matmul_same_input(f, in, 2, outs, ws, bs);
+        const struct glu_ctx c = {act, l->ffn_gate.rows};
+        for_rows(f, f->n_rows, glu_rows, &c);
+    }
     ft_blk_matmul(f, out, &l->ffn_down, NULL, s->gate);
 }
 

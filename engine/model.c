@@ -306,7 +306,7 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_att_i);
     free(s->row_gemv);
     free(s->rope_cache);
-    free(s->attn_tmp);
+    free(s->attn_scratch);
     memset(s, 0, sizeof(*s));
 }
 
@@ -343,7 +343,8 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->att = grow(s->att, N * wa, sizeof(float), &fail);
     s->gate = grow(s->gate, N * (size_t)hp->n_ff, sizeof(float), &fail);
     s->up = grow(s->up, N * (size_t)hp->n_ff, sizeof(float), &fail);
-    s->act = grow(s->act, N * max_in, sizeof(float), &fail);
+    /* + 16 rows: the float GEMM packs A in panels of up to 16 rows. */
+    s->act = grow(s->act, (N + 16) * max_in, sizeof(float), &fail);
     s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
     s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
     s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);
@@ -356,7 +357,7 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
         FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
         return FT_ENOMEM;
     }
-    s->act_size = N * max_in * sizeof(float);
+    s->act_size = (N + 16) * max_in * sizeof(float);
     s->cap = n;
     return FT_OK;
 }
@@ -430,15 +431,21 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    /* uint16_t units: dk + dv halves (ft_attention_ref) or FT_ATTN_TILE
-     * floats (ft_attention_tiled_ref); 64-byte multiples keep floats aligned */
-    size_t stride = (size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v;
-    if (stride < 2 * FT_ATTN_TILE)
-        stride = 2 * FT_ATTN_TILE;
-    m->s.attn_tmp_stride = (stride + 31) & ~(size_t)31;
-    m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
+    /* Sized for every kernel level, since the level may be forced later;
+     * and for the reference path (attn_run_ref in blocks.c): dk + dv halves
+     * for ft_attention_ref or FT_ATTN_TILE floats for ft_attention_tiled_ref. */
+    size_t attn = FT_MAX(((size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v) * sizeof(uint16_t),
+                         (size_t)FT_ATTN_TILE * sizeof(float));
+    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
+        const struct ft_float_kernels *fk = ft_float_kernels_isa((enum ft_isa)isa);
+        if (fk)
+            attn = FT_MAX(attn, fk->attention_scratch(ft_attn_rows_per_block(&m->hp), m->hp.n_head / m->hp.n_head_kv,
+                                                      m->hp.head_dim_k, m->hp.head_dim_v));
+    }
+    m->s.attn_scratch_stride = (attn + 63) & ~(size_t)63;
+    m->s.attn_scratch = malloc((size_t)nth * m->s.attn_scratch_stride);
     m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
-    if (!m->s.attn_tmp || !m->s.rope_cache) {
+    if (!m->s.attn_scratch || !m->s.rope_cache) {
         rc = FT_ENOMEM;
         FT_LOG_E("out of memory");
         goto fail;

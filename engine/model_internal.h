@@ -104,7 +104,8 @@ struct ft_scratch {
     float *att;       /* (cap, n_head * hd_v) */
     float *gate;      /* (cap, n_ff) */
     float *up;        /* (cap, n_ff) */
-    void *act;        /* activations converted to a vec_dot_type: cap rows of the widest input */
+    void *act;        /* activations converted to a vec_dot_type, or packed for the float GEMM:
+                         cap + 16 rows of the widest input, 4 bytes per element */
     size_t act_size;
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
@@ -119,8 +120,8 @@ struct ft_scratch {
     int32_t *row_att_n, *row_att_i;
     uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
     float *rope_cache;  /* (head_dim_k) cos/sin of one position */
-    uint16_t *attn_tmp; /* per thread: attn_tmp_stride fp16 (Q of one head) */
-    size_t attn_tmp_stride;
+    char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
+    size_t attn_scratch_stride;
 };
 
 struct ft_model {
@@ -213,6 +214,24 @@ void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, cons
  * does it also after ft_blk_keep_out_rows (see blocks.c). */
 void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
                      const float *in);
+/* Float weights (F32/F16/BF16) in a batch of several rows go through the
+ * level's GEMM (engine/gemm_float.c): whether w does, and the call, with
+ * n weights sharing the input (outs[i] (n_rows, ws[i]->rows) = in
+ * ws[i]^T + bs[i]; bs may be NULL, and so may bs[i]->data). */
+bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w);
+void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
+                   const struct ft_weight *const *bs);
+/* oneDNN for F32 weights on the avx512 level (engine/onednn_matmul.c;
+ * false / FT_EUNSUPPORTED in builds without FT_ONEDNN): c (m, n), rows ldc
+ * apart, = a (m, k) W^T for n weight rows of k floats. Called from pool
+ * threads, each on its own slice. */
+bool ft_onednn_matmul_applies(const struct ft_weight *w);
+int ft_onednn_matmul(const float *a, int64_t m, int64_t k, const float *w, int64_t n, float *c, int64_t ldc);
+enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
+/* gate = act(gate(in)) * up(in), up = up(in), both through the GEMM (both
+ * weights must satisfy ft_gemm_float_applies and share a type). */
+void ft_gemm_float_glu(struct ft_fwd *f, const float *in, const struct ft_weight *gate, const struct ft_weight *up,
+                       enum ft_glu act, float *gate_out, float *up_out);
 /* q, k, v = xb projections with optional biases. */
 void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l);
 /* Rotate every head of x (n_rows rows of n_head heads of hd) at the rows' positions. */
@@ -225,13 +244,15 @@ void ft_blk_kv_store(struct ft_fwd *f, int il);
 void ft_blk_rows_init(struct ft_fwd *f);
 /* Keep only the rows that want logits in x and q (and their positions). */
 void ft_blk_keep_out_rows(struct ft_fwd *f);
+/* Rows of a block of the attention kernel (engine/blocks.c). */
+#define FT_ATTN_MAX_ROWS 8
+int ft_attn_rows_per_block(const struct ft_hparams *hp);
 /* att = attention of q over the cache of layer il; window > 0 limits it
  * to the last `window` positions (sliding-window layers). */
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
 /* x += y over n_rows rows of width. */
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
 
-enum ft_glu { FT_GLU_SILU, FT_GLU_GELU_TANH };
 /* out = down(act(gate(in)) * up(in)). */
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in);
 /* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */

@@ -41,6 +41,16 @@ void ft_simd_fill_avx512(struct ft_type_info *table, int have_bf16);
 void ft_simd_fill_neon(struct ft_type_info *table);
 void ft_simd_fill_neon_dotprod(struct ft_type_info *table);
 
+/* Float-op tables (include/ft/ops.h), filled over a copy of the scalar one. */
+struct ft_float_kernels;
+void ft_simd_fill_avx2_gemm(struct ft_float_kernels *t);
+void ft_simd_fill_avx2_attn(struct ft_float_kernels *t);
+void ft_simd_fill_avx2_ops(struct ft_float_kernels *t);
+/* use_bf16_dp: BF16 weights through vdpbf16ps (needs AVX512_BF16). */
+void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int use_bf16_dp);
+void ft_simd_fill_avx512_attn(struct ft_float_kernels *t);
+void ft_simd_fill_avx512_ops(struct ft_float_kernels *t);
+
 /* Unpacked sub-block scales of a K-quant block, 16 bytes as four
  * little-endian 32-bit words. Kernels turn them into a vector with
  * _mm_setr_epi32 / vcombine_u8: writing a byte array and reloading it as a

@@ -236,58 +236,70 @@ static float dot_f16_ggml(int64_t n, const uint16_t *x, const uint16_t *y) {
  * An fp16 accumulator can overflow (past 65504) on long, flat attention
  * over large values, where ggml returns inf; in that case only, we redo the
  * row with an f32 accumulator. */
+/* One pass of the online softmax; with f16_acc the V accumulator is fp16
+ * as in ggml. Returns false if that accumulator overflowed (out is then
+ * not written). */
+static bool attention_pass(const uint16_t *q16, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                           int32_t p0, int32_t p1, float *out, uint16_t *acc, bool f16_acc) {
+    for (int64_t d = 0; d < dv; d++) {
+        acc[d] = 0;
+        out[d] = 0.0f;
+    }
+    bool overflow = false;
+    float m = -INFINITY; /* running max of the scores */
+    float s = 0.0f;      /* running sum of exp(score - m) */
+    for (int32_t j = p0; j <= p1; j++) {
+        const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+        const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+        const float sc = dot_f16_ggml(dk, kr, q16) * scale;
+
+        float ms = 1.0f; /* rescale of what was accumulated so far */
+        float vs = 1.0f; /* weight of this position */
+        if (sc > m) {
+            ms = expf(m - sc);
+            m = sc;
+            for (int64_t d = 0; d < dv; d++) {
+                if (f16_acc)
+                    acc[d] = ft_float_to_half(ft_half_to_float(acc[d]) * ms);
+                else
+                    out[d] *= ms;
+            }
+        } else {
+            vs = expf(sc - m);
+        }
+        for (int64_t d = 0; d < dv; d++) {
+            if (f16_acc) {
+                acc[d] = ft_float_to_half(fmaf(ft_half_to_float(vr[d]), vs, ft_half_to_float(acc[d])));
+                overflow |= (acc[d] & 0x7c00u) == 0x7c00u;
+            } else {
+                out[d] = fmaf(ft_half_to_float(vr[d]), vs, out[d]);
+            }
+        }
+        s = fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
+    }
+    if (f16_acc && overflow)
+        return false;
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = (f16_acc ? ft_half_to_float(acc[d]) : out[d]) * inv;
+    return true;
+}
+
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch) {
     uint16_t *q16 = scratch;
-    uint16_t *acc = scratch + dk;
     for (int64_t d = 0; d < dk; d++)
         q16[d] = ft_float_to_half(q[d]);
+    if (!attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, true))
+        attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, false);
+}
 
-    for (int pass = 0; pass < 2; pass++) {
-        const bool f16_acc = pass == 0;
-        for (int64_t d = 0; d < dv; d++) {
-            acc[d] = 0;
-            out[d] = 0.0f;
-        }
-        bool overflow = false;
-        float m = -INFINITY; /* running max of the scores */
-        float s = 0.0f;      /* running sum of exp(score - m) */
-        for (int32_t j = p0; j <= p1; j++) {
-            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
-            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
-            const float sc = dot_f16_ggml(dk, kr, q16) * scale;
-
-            float ms = 1.0f; /* rescale of what was accumulated so far */
-            float vs = 1.0f; /* weight of this position */
-            if (sc > m) {
-                ms = expf(m - sc);
-                m = sc;
-                for (int64_t d = 0; d < dv; d++) {
-                    if (f16_acc)
-                        acc[d] = ft_float_to_half(ft_half_to_float(acc[d]) * ms);
-                    else
-                        out[d] *= ms;
-                }
-            } else {
-                vs = expf(sc - m);
-            }
-            for (int64_t d = 0; d < dv; d++) {
-                if (f16_acc) {
-                    acc[d] = ft_float_to_half(fmaf(ft_half_to_float(vr[d]), vs, ft_half_to_float(acc[d])));
-                    overflow |= (acc[d] & 0x7c00u) == 0x7c00u;
-                } else {
-                    out[d] = fmaf(ft_half_to_float(vr[d]), vs, out[d]);
-                }
-            }
-            s = fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
-        }
-        if (f16_acc && overflow)
-            continue;
-        const float inv = s == 0.0f ? 0.0f : 1.0f / s;
-        for (int64_t d = 0; d < dv; d++)
-            out[d] = (f16_acc ? ft_half_to_float(acc[d]) : out[d]) * inv;
-        return;
-    }
+void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                             int32_t p0, int32_t p1, float *out, uint16_t *scratch) {
+    uint16_t *q16 = scratch;
+    for (int64_t d = 0; d < dk; d++)
+        q16[d] = ft_float_to_half(q[d]);
+    attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, false);
 }
 
 /* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for 64 or
@@ -347,4 +359,12 @@ void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale,
     const float inv = s == 0.0f ? 0.0f : 1.0f / s;
     for (int64_t d = 0; d < dv; d++)
         out[d] *= inv;
+}
+
+void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                           const struct ft_attn_kv *kv, void *scratch) {
+    for (int i = 0; i < a->n_rows; i++)
+        for (int h = 0; h < a->n_heads; h++)
+            ft_attention_ref(a->q + i * a->q_row + h * dk, dk, dv, scale, kv, a->p0[i], a->p1[i],
+                             a->out + i * a->out_row + h * dv, scratch);
 }

@@ -13,6 +13,7 @@
 #ifndef FT_OPS_H
 #define FT_OPS_H
 
+#include "ft/cpu.h"
 #include "ft/types.h"
 
 #include <stdbool.h>
@@ -74,6 +75,12 @@ struct ft_attn_kv {
 /* scratch: at least dk + dv uint16_t. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, uint16_t *scratch);
+/* The same with an f32 V accumulator throughout: what the per-ISA attention
+ * kernels compute (they are tested against it). The fp16 accumulator of
+ * ft_attention_ref moves outputs by up to 2^-11 relative, which quantized
+ * models can turn into logit differences of a few tenths. */
+void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                             int32_t p0, int32_t p1, float *out, uint16_t *scratch);
 
 /* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
  * (and dv a multiple of 16) goes through its tiled flash attention. */
@@ -84,6 +91,25 @@ void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const
  * accumulator. scratch: at least FT_ATTN_TILE floats. */
 void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                             int32_t p0, int32_t p1, float *out, float *scratch);
+
+/* A block of query rows of one sequence against one KV head: for row
+ * i < n_rows and query head h < n_heads (the heads sharing that KV head),
+ *   out + i * out_row + h * dv = attention of q + i * q_row + h * dk over
+ *   positions p0[i]..p1[i] (empty when p0 > p1: out = 0),
+ * each as ft_attention_ref computes it. */
+struct ft_attn_rows {
+    const float *q;
+    int64_t q_row;
+    float *out;
+    int64_t out_row;
+    int n_rows;
+    int n_heads;
+    const int32_t *p0;
+    const int32_t *p1;
+};
+/* ft_attention_ref per row and head; scratch: at least dk + dv uint16_t. */
+void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                           const struct ft_attn_kv *kv, void *scratch);
 
 /* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type)
  * with its activation quantizer (from_float_act), row i at
@@ -98,5 +124,51 @@ void ft_convert_rows_ref(enum ft_type type, const float *x, int64_t n_rows, int6
 void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size, int64_t k,
                         int64_t r0, int64_t r1, const void *a, size_t a_row_size, int64_t n_tok,
                         float *out, int64_t ld_out);
+
+/* ---- per-level fast versions ---------------------------------------------------
+ *
+ * The ops above, and a GEMM for float weights, as each kernel level
+ * (include/ft/cpu.h) implements them; a slot a level has no faster version
+ * of holds the _ref function (or NULL for the GEMM). Filled once per level,
+ * like the type table; tests/unit/test_float_kernels.c checks every slot
+ * of every level against the reference. */
+struct ft_float_kernels {
+    /* Prefill GEMM for F32 / F16 / BF16 weights:
+     *   c[i * ldc + r] = dot(A row i, W row r), i < m, r in [n0, n1),
+     * with A's rows first rounded to the weight type's vec_dot_type (fp16
+     * for F16, bf16 for BF16) and the products accumulated in f32, so it
+     * agrees with ft_convert_rows_ref + ft_matmul_rows_ref up to the order
+     * of the f32 additions. A is packed once (gemm_pack, panels of gemm_mr
+     * rows, threads may pack disjoint panel ranges [p0, p1)) and shared by
+     * all threads; threads split the weight rows, n0 a multiple of
+     * gemm_nr. gemm_mr == 0: this level has no GEMM. */
+    int gemm_mr;
+    int gemm_nr;
+    /* Fewer rows than this: the vec_dot loop (ft_matmul_rows_ref) is faster. */
+    int gemm_min_m;
+    /* Bytes of packed A for m rows of k; 0 when wt is not handled. */
+    size_t (*gemm_packed_size)(enum ft_type wt, int64_t m, int64_t k);
+    void (*gemm_pack)(enum ft_type wt, const float *a, int64_t lda, int64_t m, int64_t k, int64_t p0, int64_t p1,
+                      void *packed);
+    void (*gemm)(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,
+                 const void *packed, int64_t m, float *c, int64_t ldc);
+
+    /* Attention (ft_attention_rows_ref's contract) and the bytes of
+     * scratch one call needs for a block of n_rows x n_heads queries. */
+    void (*attention)(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
+                      const struct ft_attn_kv *kv, void *scratch);
+    size_t (*attention_scratch)(int n_rows, int n_heads, int64_t dk, int64_t dv);
+
+    /* Row ops with the contracts of their _ref functions above. */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);
+    void (*rope_apply)(float *x, int n_dims, bool neox, const float *cache);
+    void (*swiglu)(float *y, const float *g, const float *u, int64_t n);
+    void (*geglu)(float *y, const float *g, const float *u, int64_t n);
+};
+
+/* The table of the level in use (ft_cpu_isa()); never NULL. */
+const struct ft_float_kernels *ft_float_kernels(void);
+/* The table of one level; NULL when this CPU or build cannot run it. */
+const struct ft_float_kernels *ft_float_kernels_isa(enum ft_isa isa);
 
 #endif

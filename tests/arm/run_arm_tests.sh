@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NEON kernels on aarch64, under qemu-user (DESIGN.md section 7).
 #
-# Cross-compiles simd/ and tests/unit/test_simd_kernels.c with
+# Cross-compiles simd/, tests/unit/test_simd_kernels.c and test_float_kernels.c with
 # aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through
 # tests/arm/CMakeLists.txt + cmake/aarch64-linux-gnu.cmake, then runs the
 # test once per kernel level with FT_ISA forcing it:
@@ -38,9 +38,9 @@ fi
 TEST="$BUILD/test_simd_kernels"
 passed=0
 failed=0
-run() { # name, qemu cpu, FT_ISA, expected line in the output
-  local name=$1 cpu=$2 isa=$3 expect=$4 out rc
-  out=$(FT_ISA=$isa qemu-aarch64 -cpu "$cpu" "$TEST" 2>&1)
+run() { # name, qemu cpu, FT_ISA, expected line in the output[, test binary]
+  local name=$1 cpu=$2 isa=$3 expect=$4 test=${5:-$TEST} out rc
+  out=$(FT_ISA=$isa qemu-aarch64 -cpu "$cpu" "$test" 2>&1)
   rc=$?
   if [ $rc -eq 0 ] && grep -q -- "$expect" <<<"$out"; then
     passed=$((passed + 1))
@@ -57,6 +57,11 @@ run "neon on qemu max"               max        neon         "level neon  *ok"
 run "scalar on qemu max"             max        scalar       "level scalar  *ok"
 run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"
 run "neon-dotprod refused on a53"    cortex-a53 neon-dotprod "refused: FT_ISA=neon-dotprod: this CPU cannot run it"
+# the float ops (GEMM, attention, row ops); the NEON levels use the scalar references
+FLOAT="$BUILD/test_float_kernels"
+run "float ops, neon-dotprod"        max        neon-dotprod "level neon-dotprod  *ok" "$FLOAT"
+run "float ops, neon"                max        neon         "level neon  *ok" "$FLOAT"
+run "float ops, scalar"              max        scalar       "level scalar  *ok" "$FLOAT"
 
 if [ $failed -eq 0 ]; then
   printf '==== %d passed in %ss ====\n' "$passed" "$(elapsed)"
