@@ -127,7 +127,7 @@ struct ft_scratch {
 struct ft_model {
     struct ft_hparams hp;
     const struct ft_arch_ops *arch;
-    struct ft_gguf *gguf;      /* owns the mapping every ft_weight points into */
+    struct ft_gguf *gguf;      /* owns the mapping the ft_weights point into (--numa off) */
     struct ft_tokenizer *tok;
     struct ft_threadpool *pool;
     struct ft_numa_weights *numa_weights; /* weight copies placed by --numa; NULL for off */
