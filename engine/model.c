@@ -421,13 +421,13 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     /* Per-thread attention scratch and the RoPE table do not depend on the
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    /* uint16_t units: dk + dv halves (ft_attention_ref) or FT_ATTN_TILE
-     * floats (ft_attention_tiled_ref); 64-byte multiples keep floats aligned */
+    /* dk + dv floats (ft_attention_ref) or FT_ATTN_TILE (ft_attention_tiled_ref),
+     * rounded to a cache line */
     size_t stride = (size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v;
-    if (stride < 2 * FT_ATTN_TILE)
-        stride = 2 * FT_ATTN_TILE;
-    m->s.attn_tmp_stride = (stride + 31) & ~(size_t)31;
-    m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(uint16_t));
+    if (stride < FT_ATTN_TILE)
+        stride = FT_ATTN_TILE;
+    m->s.attn_tmp_stride = (stride + 15) & ~(size_t)15;
+    m->s.attn_tmp = malloc((size_t)nth * m->s.attn_tmp_stride * sizeof(float));
     m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
     if (!m->s.attn_tmp || !m->s.rope_cache) {
         rc = FT_ENOMEM;

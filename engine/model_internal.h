@@ -101,7 +101,7 @@ struct ft_scratch {
     int32_t *row_att_n, *row_att_i;
     uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
     float *rope_cache;  /* (head_dim_k) cos/sin of one position */
-    uint16_t *attn_tmp; /* per thread: attn_tmp_stride fp16 (Q of one head) */
+    float *attn_tmp;    /* per thread: attn_tmp_stride floats (scratch of the attention functions) */
     size_t attn_tmp_stride;
 };
 

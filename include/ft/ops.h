@@ -71,9 +71,9 @@ struct ft_attn_kv {
     int32_t block_tokens;
     int64_t k_row, v_row;  /* elements from one token's row to the next */
 };
-/* scratch: at least dk + dv uint16_t. */
+/* scratch: at least dk + dv floats. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                      int32_t p0, int32_t p1, float *out, uint16_t *scratch);
+                      int32_t p0, int32_t p1, float *out, float *scratch);
 
 /* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
  * (and dv a multiple of 16) goes through its tiled flash attention. */
