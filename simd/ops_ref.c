@@ -82,8 +82,10 @@ void ft_rope_cache_ref(const struct ft_rope *r, int32_t pos, float *cache) {
         float mscale = r->attn_factor;
         if (r->ext_factor != 0.0f) {
             const float mix = rope_yarn_ramp(corr[0], corr[1], i0) * r->ext_factor;
-            th = theta_interp * (1.0f - mix) + theta_extrap * mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+            /* as GCC contracts ggml's rope_yarn (checked against ggml's
+             * ROPE with YaRN, normal and NeoX) */
+            th = fmaf(theta_interp, 1.0f - mix, theta_extrap * mix);
+            mscale *= fmaf(0.1f, logf(1.0f / r->freq_scale), 1.0f);
         }
         cache[i0 + 0] = cosf(th) * mscale;
         cache[i0 + 1] = sinf(th) * mscale;
