@@ -498,7 +498,7 @@ static void attn_run_ref(void *ctx, int ith, int nth) {
     const int64_t i0 = n_items * ith / nth;
     const int64_t i1 = n_items * (ith + 1) / nth;
     const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
-    uint16_t *tmp = (uint16_t *)(f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride);
+    float *tmp = (float *)(f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride);
 
     for (int64_t it = i0; it < i1; it++) {
         const int32_t r = (int32_t)(it / hp->n_head);
@@ -521,7 +521,7 @@ static void attn_run_ref(void *ctx, int ith, int nth) {
          * the number of query rows -- all of them, also in the last layer
          * where we only keep the rows that want logits */
         if (f->s->row_att_n[r] >= FT_ATTN_TILE && hp->head_dim_v % 16 == 0)
-            ft_attention_tiled_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, (float *)tmp);
+            ft_attention_tiled_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
         else
             ft_attention_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
     }

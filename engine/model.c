@@ -432,10 +432,9 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
      * batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
     /* Sized for every kernel level, since the level may be forced later;
-     * and for the reference path (attn_run_ref in blocks.c): dk + dv halves
+     * and for the reference path (attn_run_ref in blocks.c): dk + dv floats
      * for ft_attention_ref or FT_ATTN_TILE floats for ft_attention_tiled_ref. */
-    size_t attn = FT_MAX(((size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v) * sizeof(uint16_t),
-                         (size_t)FT_ATTN_TILE * sizeof(float));
+    size_t attn = FT_MAX((size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v, (size_t)FT_ATTN_TILE) * sizeof(float);
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
         const struct ft_float_kernels *fk = ft_float_kernels_isa((enum ft_isa)isa);
         if (fk)

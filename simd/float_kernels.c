@@ -16,7 +16,7 @@ static bool g_have_table[FT_ISA_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static size_t attention_scratch_ref(int n_rows, int n_heads, int64_t dk, int64_t dv) {
-    return (size_t)(dk + dv) * sizeof(uint16_t); /* ft_attention_ref: fp16 Q and V accumulator */
+    return (size_t)(dk + dv) * sizeof(float); /* ft_attention_ref: Q and the V accumulator */
 }
 
 static const struct ft_float_kernels g_scalar = {

@@ -22,6 +22,19 @@
 #include <math.h>
 #include <string.h>
 
+/* fmaf() is a library call on x86-64 built for the baseline ISA, which
+ * this file must run on; the loops that use it per element get a second
+ * version compiled for FMA, which the loader picks when the CPU has it.
+ * Both give the same bits: fmaf rounds once, in hardware or in libm. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define FMA_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+#endif
+#ifndef FMA_CLONES
+#define FMA_CLONES
+#endif
+
 void ft_rmsnorm_ref(float *y, const float *x, const float *w, int64_t n, float eps) {
     /* ggml: squares in float, summed in double, mean and scale in float. */
     double sum = 0.0;
@@ -69,8 +82,10 @@ void ft_rope_cache_ref(const struct ft_rope *r, int32_t pos, float *cache) {
         float mscale = r->attn_factor;
         if (r->ext_factor != 0.0f) {
             const float mix = rope_yarn_ramp(corr[0], corr[1], i0) * r->ext_factor;
-            th = theta_interp * (1.0f - mix) + theta_extrap * mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+            /* as GCC contracts ggml's rope_yarn (checked against ggml's
+             * ROPE with YaRN, normal and NeoX) */
+            th = fmaf(theta_interp, 1.0f - mix, theta_extrap * mix);
+            mscale *= fmaf(0.1f, logf(1.0f / r->freq_scale), 1.0f);
         }
         cache[i0 + 0] = cosf(th) * mscale;
         cache[i0 + 1] = sinf(th) * mscale;
@@ -78,7 +93,7 @@ void ft_rope_cache_ref(const struct ft_rope *r, int32_t pos, float *cache) {
     }
 }
 
-void ft_rope_apply_ref(float *x, int n_dims, bool neox, const float *cache) {
+FMA_CLONES void ft_rope_apply_ref(float *x, int n_dims, bool neox, const float *cache) {
     /* Normal: pairs (2i, 2i+1). NeoX: pairs (i, i + n_dims/2). Pair i uses
      * cache[2i], cache[2i+1] in both. */
     const int half = n_dims / 2;
@@ -119,7 +134,7 @@ void ft_softmax_ref(float *x, int64_t n) {
  * AVX-512 give the same result in range: 2^n * a polynomial of the
  * remainder, max error ~1.5 ulp vs libm). Written with fmaf where ggml uses
  * FMA instructions so the bits agree. */
-static float ggml_v_expf(float x) {
+static inline float ggml_v_expf(float x) {
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
@@ -143,9 +158,9 @@ float ft_gelu_tanh_ref(float x) {
     return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f)));
 }
 
-void ft_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
+FMA_CLONES void ft_swiglu_ref(float *y, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        y[i] = ft_silu_ref(g[i]) * u[i];
+        y[i] = g[i] / (1.0f + ggml_v_expf(-g[i])) * u[i]; /* ft_silu_ref, inlined for the FMA version */
 }
 
 void ft_geglu_ref(float *y, const float *g, const float *u, int64_t n) {
@@ -197,16 +212,19 @@ static inline int64_t kv_cell(const struct ft_attn_kv *kv, int32_t j) {
 }
 
 /* ggml_vec_dot_f16 of ggml's AVX-512 build (the F16 K cache times Q, which
- * flash attention has rounded to fp16): four 16-lane FMA accumulators over
- * steps of 64, folded 0+2, 1+3, then 0+1 and reduced; a tail that is not a
- * multiple of 64 is added product by product in double. */
-static float dot_f16_ggml(int64_t n, const uint16_t *x, const uint16_t *y) {
+ * flash attention has rounded to fp16; qf holds those values as floats):
+ * four 16-lane FMA accumulators over steps of 64, folded 0+2, 1+3, then
+ * 0+1 and reduced; a tail that is not a multiple of 64 is added product by
+ * product in double. */
+static float dot_f16_ggml(int64_t n, const uint16_t *x, const float *qf) {
     const int64_t np = n & ~(int64_t)63;
     float sum[4][16] = {{0}};
     for (int64_t i = 0; i < np; i += 64)
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 16; l++)
-                sum[j][l] = fmaf(ft_half_to_float(x[i + 16 * j + l]), ft_half_to_float(y[i + 16 * j + l]), sum[j][l]);
+                /* ggml's FMA: the product of two fp16 values is exact in
+                 * float, so a multiply and an add give the same bits */
+                sum[j][l] = ft_half_to_float(x[i + 16 * j + l]) * qf[i + 16 * j + l] + sum[j][l];
     for (int l = 0; l < 16; l++) {
         sum[0][l] += sum[2][l];
         sum[1][l] += sum[3][l];
@@ -215,14 +233,28 @@ static float dot_f16_ggml(int64_t n, const uint16_t *x, const uint16_t *y) {
         sum[0][l] += sum[1][l];
     double sumf = ft_hsum16_ref(sum[0]);
     for (int64_t i = np; i < n; i++)
-        sumf += (double)(ft_half_to_float(x[i]) * ft_half_to_float(y[i]));
+        sumf += (double)(ft_half_to_float(x[i]) * qf[i]);
     return (float)sumf;
+}
+
+/* ft_half_to_float(ft_float_to_half(x)), the rounding of a value stored in
+ * fp16, without the round trip where the result is a normal fp16 number:
+ * the 23-bit mantissa rounded to 10 bits, ties to even (a carry correctly
+ * bumps the exponent). */
+static inline float round_to_half(float x) {
+    const uint32_t u = ft_f32_bits(x);
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x38800000u && a < 0x477ff000u) { /* 2^-14 .. below the overflow to inf */
+        a += 0xfffu + ((a >> 13) & 1u);
+        return ft_f32_from_bits((u & 0x80000000u) | (a & 0xffffe000u));
+    }
+    return ft_half_to_float(ft_float_to_half(x));
 }
 
 /* Attention as ggml's CPU flash attention computes it for an F16 cache
  * (ops.cpp, ggml_compute_forward_flash_attn_ext_f16_one_chunk), which is
- * what llama.cpp runs for a batch of fewer than 64 query rows per head --
- * every decode step and short prompts:
+ * what llama.cpp runs for a batch of fewer than 64 query rows -- every
+ * decode step and short prompts:
  *   Q is rounded to fp16 and each score is ggml_vec_dot_f16(K row, Q)
  *   (dot_f16_ggml) times scale;
  *   an online softmax over the keys in position order, whose V accumulator
@@ -235,71 +267,64 @@ static float dot_f16_ggml(int64_t n, const uint16_t *x, const uint16_t *y) {
  * from llama.cpp's by up to 0.3 on the shared reference models.
  * An fp16 accumulator can overflow (past 65504) on long, flat attention
  * over large values, where ggml returns inf; in that case only, we redo the
- * row with an f32 accumulator. */
-/* One pass of the online softmax; with f16_acc the V accumulator is fp16
- * as in ggml. Returns false if that accumulator overflowed (out is then
- * not written). */
-static bool attention_pass(const uint16_t *q16, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                           int32_t p0, int32_t p1, float *out, uint16_t *acc, bool f16_acc) {
-    for (int64_t d = 0; d < dv; d++) {
-        acc[d] = 0;
-        out[d] = 0.0f;
-    }
-    bool overflow = false;
-    float m = -INFINITY; /* running max of the scores */
-    float s = 0.0f;      /* running sum of exp(score - m) */
-    for (int32_t j = p0; j <= p1; j++) {
-        const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
-        const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
-        const float sc = dot_f16_ggml(dk, kr, q16) * scale;
+ * row with an f32 accumulator. The accumulator is kept as floats that
+ * always hold fp16 values (round_to_half). */
+static FMA_CLONES void attention_online(const float *q, int64_t dk, int64_t dv, float scale,
+                                        const struct ft_attn_kv *kv, int32_t p0, int32_t p1, float *out,
+                                        float *scratch, bool f16_first) {
+    float *qh = scratch;       /* dk: Q rounded to fp16 */
+    float *acc = scratch + dk; /* dv */
+    for (int64_t d = 0; d < dk; d++)
+        qh[d] = ft_half_to_float(ft_float_to_half(q[d]));
 
-        float ms = 1.0f; /* rescale of what was accumulated so far */
-        float vs = 1.0f; /* weight of this position */
-        if (sc > m) {
-            ms = expf(m - sc);
-            m = sc;
-            for (int64_t d = 0; d < dv; d++) {
-                if (f16_acc)
-                    acc[d] = ft_float_to_half(ft_half_to_float(acc[d]) * ms);
-                else
-                    out[d] *= ms;
-            }
-        } else {
-            vs = expf(sc - m);
-        }
-        for (int64_t d = 0; d < dv; d++) {
-            if (f16_acc) {
-                acc[d] = ft_float_to_half(fmaf(ft_half_to_float(vr[d]), vs, ft_half_to_float(acc[d])));
-                overflow |= (acc[d] & 0x7c00u) == 0x7c00u;
+    for (int pass = f16_first ? 0 : 1; pass < 2; pass++) {
+        const bool f16_acc = pass == 0;
+        for (int64_t d = 0; d < dv; d++)
+            acc[d] = 0.0f;
+        bool overflow = false;
+        float m = -INFINITY; /* running max of the scores */
+        float s = 0.0f;      /* running sum of exp(score - m) */
+        for (int32_t j = p0; j <= p1; j++) {
+            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            const float sc = dot_f16_ggml(dk, kr, qh) * scale;
+
+            float ms = 1.0f; /* rescale of what was accumulated so far */
+            float vs = 1.0f; /* weight of this position */
+            if (sc > m) {
+                ms = expf(m - sc);
+                m = sc;
+                for (int64_t d = 0; d < dv; d++)
+                    acc[d] = f16_acc ? round_to_half(acc[d] * ms) : acc[d] * ms;
             } else {
-                out[d] = fmaf(ft_half_to_float(vr[d]), vs, out[d]);
+                vs = expf(sc - m);
             }
+            for (int64_t d = 0; d < dv; d++) {
+                const float a = fmaf(ft_half_to_float(vr[d]), vs, acc[d]);
+                acc[d] = f16_acc ? round_to_half(a) : a;
+            }
+            if (f16_acc)
+                for (int64_t d = 0; d < dv; d++)
+                    overflow |= isinf(acc[d]) || isnan(acc[d]);
+            s = fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
         }
-        s = fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
+        if (f16_acc && overflow)
+            continue;
+        const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+        for (int64_t d = 0; d < dv; d++)
+            out[d] = acc[d] * inv;
+        return;
     }
-    if (f16_acc && overflow)
-        return false;
-    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
-    for (int64_t d = 0; d < dv; d++)
-        out[d] = (f16_acc ? ft_half_to_float(acc[d]) : out[d]) * inv;
-    return true;
 }
 
-void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                      int32_t p0, int32_t p1, float *out, uint16_t *scratch) {
-    uint16_t *q16 = scratch;
-    for (int64_t d = 0; d < dk; d++)
-        q16[d] = ft_float_to_half(q[d]);
-    if (!attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, true))
-        attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, false);
+void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv, int32_t p0,
+                      int32_t p1, float *out, float *scratch) {
+    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, true);
 }
 
 void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                             int32_t p0, int32_t p1, float *out, uint16_t *scratch) {
-    uint16_t *q16 = scratch;
-    for (int64_t d = 0; d < dk; d++)
-        q16[d] = ft_float_to_half(q[d]);
-    attention_pass(q16, dk, dv, scale, kv, p0, p1, out, scratch + dk, false);
+                             int32_t p0, int32_t p1, float *out, float *scratch) {
+    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, false);
 }
 
 /* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for 64 or
@@ -312,8 +337,9 @@ void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale
  *   element gets p[k] * v[k] added with FMA over the tile in order.
  *   Masked keys score -inf (p = 0), which leaves the FMA chain unchanged,
  *   so they are skipped. */
-void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                            int32_t p0, int32_t p1, float *out, float *scratch) {
+FMA_CLONES void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale,
+                                       const struct ft_attn_kv *kv, int32_t p0, int32_t p1, float *out,
+                                       float *scratch) {
     float *p = scratch; /* FT_ATTN_TILE */
     for (int64_t d = 0; d < dv; d++)
         out[d] = 0.0f;

@@ -72,15 +72,15 @@ struct ft_attn_kv {
     int32_t block_tokens;
     int64_t k_row, v_row;  /* elements from one token's row to the next */
 };
-/* scratch: at least dk + dv uint16_t. */
+/* scratch: at least dk + dv floats. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                      int32_t p0, int32_t p1, float *out, uint16_t *scratch);
+                      int32_t p0, int32_t p1, float *out, float *scratch);
 /* The same with an f32 V accumulator throughout: what the per-ISA attention
  * kernels compute (they are tested against it). The fp16 accumulator of
  * ft_attention_ref moves outputs by up to 2^-11 relative, which quantized
  * models can turn into logit differences of a few tenths. */
 void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
-                             int32_t p0, int32_t p1, float *out, uint16_t *scratch);
+                             int32_t p0, int32_t p1, float *out, float *scratch);
 
 /* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
  * (and dv a multiple of 16) goes through its tiled flash attention. */
@@ -107,7 +107,7 @@ struct ft_attn_rows {
     const int32_t *p0;
     const int32_t *p1;
 };
-/* ft_attention_ref per row and head; scratch: at least dk + dv uint16_t. */
+/* ft_attention_ref per row and head; scratch: at least dk + dv floats. */
 void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
                            const struct ft_attn_kv *kv, void *scratch);
 

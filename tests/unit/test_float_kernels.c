@@ -214,7 +214,7 @@ static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, i
     fk->attention(&rows, dk, dv, 0.125f, &kv, scratch);
 
     float *ref = malloc(sizeof(float) * (size_t)dv);
-    uint16_t *tmp = malloc(sizeof(uint16_t) * (size_t)(dk + dv));
+    float *tmp = malloc(sizeof(float) * (size_t)(dk + dv));
     const double tol = 1e-5 * vmax;
     int bad = 0;
     for (int r = 0; r < n_rows; r++) {

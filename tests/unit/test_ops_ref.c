@@ -86,7 +86,7 @@ int main(void) {
         vc[cell[p] * 1] = ft_fp32_to_fp16((float)(10 * (p + 1)));
     }
     const struct ft_attn_kv kv = {kc, vc, blocks, 2, 1, 1};
-    uint16_t tmp[4];
+    float tmp[4];
     const float q = 1.0f;
     float out;
     ft_attention_ref(&q, 1, 1, 1.0f, &kv, 0, 2, &out, tmp);

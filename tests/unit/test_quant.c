@@ -9,7 +9,9 @@
  *   3. round trips on random rows: error RMS within a bound derived from
  *      each format's step size, and vec_dot equal to the float dot product
  *      of the dequantized operands;
- *   4. with ../shared/models: every tensor of llama-f32.gguf quantized with
+ *   4. the activation quantizers of Q8_0/Q8_1 (from_float_act) against
+ *      values worked out by hand where they differ from the weight ones;
+ *   5. with ../shared/models: every tensor of llama-f32.gguf quantized with
  *      our from_float against the bytes llama.cpp's llama-quantize wrote
  *      (identical for the legacy and float types; for K-quants, identical
  *      or no worse in RMSE).
@@ -572,7 +574,54 @@ static void test_block_locality(void) {
     }
 }
 
-/* ---- 4. against llama.cpp's files ----------------------------------------- */
+/* ---- 4. activation quantizers --------------------------------------------- */
+
+/* llama.cpp's x86 backend quantizes activations with 127 / amax and ties to
+ * even, its GGUF quantizer (ours for weights) with 1 / d and ties away from
+ * zero. Hand-picked inputs where the two give different bytes: */
+static void test_act_quantizers(void) {
+    const struct ft_type_info *q80 = ft_type_info(FT_TYPE_Q8_0), *q81 = ft_type_info(FT_TYPE_Q8_1);
+    ft_block_q8_0 w, a;
+    ft_block_q8_1 w1, a1;
+    float x[32] = {0};
+
+    /* amax = 127, so d = 1 and both multipliers are 1: only the ties differ */
+    x[0] = 127.0f, x[1] = 2.5f, x[2] = 3.5f, x[3] = -2.5f, x[4] = 0.5f, x[5] = -0.5f;
+    q80->from_float(x, &w, 32);
+    q80->from_float_act(x, &a, 32);
+    const int8_t want_w[6] = {127, 3, 4, -3, 1, -1}, want_a[6] = {127, 2, 4, -2, 0, 0};
+    for (int i = 0; i < 6; i++) {
+        CHECKF(w.qs[i] == want_w[i], "Q8_0 weights, element %d: %d, want %d", i, w.qs[i], want_w[i]);
+        CHECKF(a.qs[i] == want_a[i], "Q8_0 activations, element %d: %d, want %d", i, a.qs[i], want_a[i]);
+    }
+    CHECK_EQ_INT(w.d, ft_fp32_to_fp16(1.0f));
+    CHECK_EQ_INT(a.d, ft_fp32_to_fp16(1.0f));
+    q81->from_float(x, &w1, 32);
+    q81->from_float_act(x, &a1, 32);
+    CHECK(memcmp(w1.qs, w.qs, 32) == 0 && memcmp(a1.qs, a.qs, 32) == 0);
+    CHECK_EQ_INT(w1.s, ft_fp32_to_fp16(131.0f)); /* d * sum(q): 127 + 3 + 4 - 3 + 1 - 1 */
+    CHECK_EQ_INT(a1.s, ft_fp32_to_fp16(131.0f)); /* 127 + 2 + 4 - 2 */
+
+    /* amax = 0x3f77be47 (0.96775): 1 / (amax / 127) is one ulp above
+     * 127 / amax, which decides two elements. 0x3cda7b75 * (1/d) =
+     * 3.5000002 -> 4, * 127/amax = 3.4999998 -> 3; 0x3c9c0f0b gives 2.5000002
+     * -> 3 and exactly 2.5 -> 2 (even). */
+    memset(x, 0, sizeof(x));
+    x[0] = ffrom(0x3f77be47u), x[1] = ffrom(0x3cda7b75u), x[2] = ffrom(0x3c9c0f0bu);
+    q80->from_float(x, &w, 32);
+    q80->from_float_act(x, &a, 32);
+    CHECK(w.qs[0] == 127 && a.qs[0] == 127);
+    CHECKF(w.qs[1] == 4 && a.qs[1] == 3, "Q8_0 1/d vs 127/amax: %d, %d (want 4, 3)", w.qs[1], a.qs[1]);
+    CHECKF(w.qs[2] == 3 && a.qs[2] == 2, "Q8_0 1/d vs 127/amax: %d, %d (want 3, 2)", w.qs[2], a.qs[2]);
+    CHECK(w.d == a.d);
+
+    /* The other activation types quantize as their weights do. */
+    const enum ft_type same[] = {FT_TYPE_F16, FT_TYPE_BF16, FT_TYPE_Q8_K};
+    for (size_t i = 0; i < FT_ARRAY_LEN(same); i++)
+        CHECK(ft_type_info(same[i])->from_float_act == ft_type_info(same[i])->from_float);
+}
+
+/* ---- 5. against llama.cpp's files ----------------------------------------- */
 
 struct type_stats {
     int64_t tensors, identical;
@@ -695,6 +744,7 @@ int main(void) {
     test_gguf_py_vectors();
     test_round_trips();
     test_block_locality();
+    test_act_quantizers();
 
     const char *shared = ft_test_shared_dir();
     if (shared)
