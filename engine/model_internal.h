@@ -92,7 +92,6 @@ struct ft_scratch {
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
     int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
-    float *rope_cache;  /* (head_dim_k) cos/sin of one position */
     char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
     size_t attn_scratch_stride;
 };
