@@ -305,7 +305,6 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_att_n);
     free(s->row_att_i);
     free(s->row_gemv);
-    free(s->rope_cache);
     free(s->attn_scratch);
     memset(s, 0, sizeof(*s));
 }
@@ -428,8 +427,7 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
         goto fail;
     if ((rc = ft_numa_weights_place(m)))
         goto fail;
-    /* Per-thread attention scratch and the RoPE table do not depend on the
-     * batch size. */
+    /* Per-thread attention scratch does not depend on the batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
     /* Sized for every kernel level, since the level may be forced later;
      * and for the reference path (attn_run_ref in blocks.c): dk + dv floats
@@ -443,8 +441,7 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     }
     m->s.attn_scratch_stride = (attn + 63) & ~(size_t)63;
     m->s.attn_scratch = malloc((size_t)nth * m->s.attn_scratch_stride);
-    m->s.rope_cache = malloc((size_t)m->hp.head_dim_k * sizeof(float));
-    if (!m->s.attn_scratch || !m->s.rope_cache) {
+    if (!m->s.attn_scratch) {
         rc = FT_ENOMEM;
         FT_LOG_E("out of memory");
         goto fail;

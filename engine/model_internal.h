@@ -119,7 +119,6 @@ struct ft_scratch {
     int32_t *row_seq_n, *row_seq_i;
     int32_t *row_att_n, *row_att_i;
     uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
-    float *rope_cache;  /* (head_dim_k) cos/sin of one position */
     char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
     size_t attn_scratch_stride;
 };

@@ -154,7 +154,7 @@ static void test_gemm(enum ft_isa isa, const struct ft_float_kernels *fk) {
     }
     CHECK(fk->gemm_packed_size(FT_TYPE_Q8_0, 16, 64) == 0); /* quantized types are not its business */
     static const enum ft_type types[] = {FT_TYPE_F32, FT_TYPE_F16, FT_TYPE_BF16};
-    static const int64_t ms[] = {1, 3, 6, 7, 12, 13, 40};
+    static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 12, 13, 40};
     static const int64_t ks[] = {16, 33, 64, 300, 530};
     static const int64_t ns[] = {1, 31, 32, 70};
     for (size_t t = 0; t < FT_ARRAY_LEN(types); t++)
