@@ -68,12 +68,13 @@ static void gemm_run(void *ctx, int ith, int nth) {
         if (r1 <= r0)
             continue;
         float *out = t->outs[i];
+        const void *wd = ft_weight_data(w, ft_threadpool_current_node()); /* node-local copy (--numa) */
         if (!t->in) {
-            t->fk->gemm(w->type, w->data, w->row_size, w->cols, r0, r1, t->packed, t->m, out, w->rows);
-        } else if (ft_onednn_matmul(t->in, t->m, w->cols, (const float *)w->data + r0 * w->cols, r1 - r0, out + r0,
+            t->fk->gemm(w->type, wd, w->row_size, w->cols, r0, r1, t->packed, t->m, out, w->rows);
+        } else if (ft_onednn_matmul(t->in, t->m, w->cols, (const float *)wd + r0 * w->cols, r1 - r0, out + r0,
                                     w->rows) != FT_OK) {
             /* oneDNN failed (out of cache slots, memory): plain f32 dots */
-            ft_matmul_rows_ref(ft_type_traits(FT_TYPE_F32)->vec_dot, w->data, w->row_size, w->cols, r0, r1, t->in,
+            ft_matmul_rows_ref(ft_type_traits(FT_TYPE_F32)->vec_dot, wd, w->row_size, w->cols, r0, r1, t->in,
                                (size_t)w->cols * sizeof(float), t->m, out, w->rows);
         }
         const struct ft_weight *b = t->bs ? t->bs[i] : NULL;

@@ -311,10 +311,12 @@ def test_bench_skips_zero_tests(ft, tiny_model):
 
 
 def test_bench_hw(ft):
+    # the same report as `ft info --hw` (engine/topology.c)
     r = ft("bench", "--hw")
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
-    assert out.startswith("cpu:") and "kernels:" in out and "threads:" in out
+    assert out == ft("info", "--hw").stdout.decode()
+    assert out.startswith("cpu:") and "isa:" in out and "numa 0:" in out and "default:" in out
 
 
 @pytest.mark.parametrize("args", [
