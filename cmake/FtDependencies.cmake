@@ -6,7 +6,6 @@ pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(LIBEVENT REQUIRED IMPORTED_TARGET libevent libevent_pthreads)
 pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 if(FT_ONEDNN)
-  find_package(OpenMP REQUIRED COMPONENTS C) # omp_set_num_threads for the OpenMP build of libdnnl
   find_package(dnnl CONFIG QUIET)
   if(NOT dnnl_FOUND)
     find_library(DNNL_LIBRARY NAMES dnnl)

@@ -12,7 +12,7 @@
  *
  * Threading: Debian's libdnnl is the OpenMP build. Each pool thread calls
  * it on its own slice of the weight rows with omp_set_num_threads(1) set
- * once on that thread, so oneDNN never starts a team of its own next to
+ * once on that thread (found with dlsym in the runtime libdnnl loaded), so oneDNN never starts a team of its own next to
  * our pool (no oversubscription), and the split is the same as our GEMM's.
  * Primitives are created once per shape (rows, k, slice width, ldc) and
  * cached; each thread has its own stream and its own scratchpad (user
@@ -25,8 +25,8 @@
 
 #ifdef FT_HAVE_ONEDNN
 
+#include <dlfcn.h>
 #include <dnnl.h>
-#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -82,7 +82,13 @@ static struct dnnl_thread *thread_state(void) {
         free(t);
         return NULL;
     }
-    omp_set_num_threads(1); /* this thread's oneDNN calls stay on this thread */
+    /* This thread's oneDNN calls stay on this thread. The OpenMP runtime is
+     * the one libdnnl brought in; looked up at run time so FreeToken itself
+     * needs no OpenMP (clang builds have no omp.h without libomp-dev), and
+     * absent in a non-OpenMP libdnnl. */
+    void (*set_threads)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (set_threads)
+        set_threads(1);
     pthread_setspecific(g_thread_key, t);
     return t;
 }

@@ -2,13 +2,15 @@
  * (ft_matmul_rows_ref with the reference F32 vec_dot): slices of weight
  * rows written into a wider output (ldc > n), shapes with odd sizes, the
  * same shape again (a cached primitive), and two threads running slices of
- * one matrix at once as the pool does. |got - ref| <= 1e-5 * sum |a_i w_i|.
+ * one matrix at once as the pool does; afterwards no thread of oneDNN's
+ * own (OpenMP team) is alive. |got - ref| <= 1e-5 * sum |a_i w_i|.
  * Skips (77) in builds without FT_ONEDNN or on a CPU whose best level is not
  * avx512 (the only level that routes F32 weights to oneDNN). */
 #include "../../engine/model_internal.h"
 #include "ft/cpu.h"
 #include "ft_test.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -91,6 +93,28 @@ int main(void) {
         check_case(shapes[i][0], shapes[i][1], shapes[i][2], 1);
         check_case(shapes[i][0], shapes[i][1], shapes[i][2], 2);
         check_case(shapes[i][0], shapes[i][1], shapes[i][2], 2); /* cached primitives */
+    }
+    /* oneDNN runs on the calling thread only: with one OpenMP thread per
+     * caller it starts no OpenMP team. A call from this (long-lived) thread
+     * would leave such a team parked, so after it only this thread is. */
+    {
+        struct slice one = {NULL, NULL, 64, 256, 0, 96, 96, NULL, -1};
+        float *a = calloc(64 * 256, sizeof(float)), *w = calloc(96 * 256, sizeof(float));
+        float *c = calloc(64 * 96, sizeof(float));
+        one.a = a, one.w = w, one.c = c;
+        run_slice(&one);
+        CHECK_EQ_INT(one.rc, FT_OK);
+        free(a);
+        free(w);
+        free(c);
+    }
+    int tasks = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));)
+            tasks += e->d_name[0] != '.';
+        closedir(d);
+        CHECKF(tasks == 1, "%d threads alive after the calls: oneDNN started threads of its own", tasks);
     }
     return ft_test_finish("test_onednn_matmul");
 }
