@@ -389,8 +389,8 @@ static int score(struct cmp_row *w, struct ft_logprob_file *base_lp, const int32
 }
 
 int ft_cmd_compare(int argc, char **argv) {
-    struct ft_str_list models = {0};
-    const char *types = NULL, *text = NULL, *out = NULL, *svg = NULL, *cache = NULL;
+    struct ft_str_list models = {0}, outs = {0};
+    const char *types = NULL, *text = NULL, *svg = NULL, *cache = NULL;
     int threads = 0, n_ctx = 512, n_batch = 0, chunks = 8, bp = 512, bn = 128, br = 3;
     bool no_bench = false;
     const struct ft_opt opts[] = {
@@ -402,7 +402,7 @@ int ft_cmd_compare(int argc, char **argv) {
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N", "perplexity window (default 512)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "tokens per forward pass (default: one window)"},
         {NULL, "--chunks", FT_OPT_INT, &chunks, "N", "windows to score (default 8; 0: the whole text)"},
-        {"-o", "--output", FT_OPT_STR, &out, "FILE", "also write the report: .md, .csv or .json"},
+        {"-o", "--output", FT_OPT_STR_LIST, &outs, "FILE", "also write the report: .md, .csv or .json (repeatable)"},
         {NULL, "--svg", FT_OPT_STR, &svg, "FILE", "write the chart: KLD against decode speed, marker area = size"},
         {NULL, "--cache-dir", FT_OPT_STR, &cache, "DIR",
          "where quantized files are kept and reused (default ~/.cache/freetoken/quant)"},
@@ -427,9 +427,12 @@ int ft_cmd_compare(int argc, char **argv) {
         fprintf(stderr, "ft compare: -t, -b, --chunks must be >= 0, -c >= 8, and -p, -n, -r >= 1\n");
         return 2;
     }
-    if (out && !ends_with(out, ".md") && !ends_with(out, ".csv") && !ends_with(out, ".json")) {
-        fprintf(stderr, "ft compare: -o %s: the name must end in .md, .csv or .json\n", out);
-        return 2;
+    for (int i = 0; i < outs.n; i++) {
+        const char *o = outs.items[i];
+        if (!ends_with(o, ".md") && !ends_with(o, ".csv") && !ends_with(o, ".json")) {
+            fprintf(stderr, "ft compare: -o %s: the name must end in .md, .csv or .json\n", o);
+            return 2;
+        }
     }
     const char *base_path = models.n ? models.items[0] : ft_cli_default_model("compare");
     if (!base_path)
@@ -603,7 +606,8 @@ int ft_cmd_compare(int argc, char **argv) {
     }
 
     write_markdown(stdout, &rep, NULL);
-    if (out) {
+    for (int oi = 0; oi < outs.n; oi++) {
+        const char *out = outs.items[oi];
         FILE *f = fopen(out, "w");
         if (!f) {
             fprintf(stderr, "ft compare: cannot write %s: %s\n", out, strerror(errno));

@@ -168,10 +168,13 @@ int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
     else
         fprintf(f, ": %.2f bpw</text>\n", b->bpw);
 
-    /* Points, largest first so small markers stay visible; labels placed
-     * beside them, moved down until they overlap no other label. */
+    /* Points, largest first so small markers stay visible. A format
+     * identical to the base (KLD 0, off a log scale) gets a small hollow
+     * marker on the bottom edge. */
     int *idx = malloc(sizeof(int) * (size_t)r->n_rows);
-    struct placed *pl = calloc((size_t)r->n_rows, sizeof(*pl));
+    double *px = calloc((size_t)r->n_rows, sizeof(double)), *py = calloc((size_t)r->n_rows, sizeof(double));
+    double *pr = calloc((size_t)r->n_rows, sizeof(double));
+    struct placed *pl = calloc((size_t)(2 * r->n_rows + 1), sizeof(*pl));
     int n_pl = 0;
     for (int i = 0; i < r->n_rows; i++)
         idx[i] = i;
@@ -182,36 +185,54 @@ int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
             idx[j - 1] = t;
         }
     for (int k = 1; k < r->n_rows; k++) {
-        const struct cmp_row *w = &r->rows[idx[k]];
-        const char *col = k_colors[(idx[k] - 1) % (int)(sizeof(k_colors) / sizeof(k_colors[0]))];
-        double x = SX(speed ? w->tg_ts : w->bpw);
+        const int i = idx[k];
+        const struct cmp_row *w = &r->rows[i];
+        const char *col = k_colors[(i - 1) % (int)(sizeof(k_colors) / sizeof(k_colors[0]))];
         bool zero = !w->has_kld || w->same_as_base || !(w->kld > 0);
-        double y = zero ? PT + ph : SY(log10(w->kld));
-        double rad = fmax(4.0, 26.0 * sqrt((double)w->file_bytes / smax));
+        px[i] = SX(speed ? w->tg_ts : w->bpw);
+        pr[i] = zero ? 7.0 : fmax(4.0, 26.0 * sqrt((double)w->file_bytes / smax));
+        py[i] = zero ? PT + ph - pr[i] - 3 : SY(log10(w->kld));
         if (!zero && w->kld_err > 0) {
             double y0 = SY(log10(w->kld + w->kld_err)), y1 = SY(log10(fmax(w->kld - w->kld_err, pow(10, ylo))));
             fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\"/>\n",
-                    x, x, y0, y1, col);
+                    px[i], px[i], y0, y1, col);
         }
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\" fill-opacity=\"%s\" stroke=\"%s\" "
                    "stroke-width=\"1.5\"/>\n",
-                x, y, rad, zero ? "white" : col, zero ? "1" : "0.45", col);
+                px[i], py[i], pr[i], zero ? "white" : col, zero ? "1" : "0.45", col);
+        pl[n_pl++] = (struct placed){px[i] - pr[i], py[i] - pr[i], px[i] + pr[i], py[i] + pr[i]};
+    }
+    /* Labels: the first of several spots beside the marker that stays in
+     * the plot and overlaps no marker and no other label. */
+    for (int k = 1; k < r->n_rows; k++) {
+        const int i = idx[k];
+        const struct cmp_row *w = &r->rows[i];
+        const char *col = k_colors[(i - 1) % (int)(sizeof(k_colors) / sizeof(k_colors[0]))];
         char label[160], size[32];
         fmt_size(size, sizeof(size), w->file_bytes);
         snprintf(label, sizeof(label), "%s  %s%s", w->label, size, w->same_as_base ? " (= base, KLD 0)" : "");
-        double tw = 7.0 * (double)strlen(label);
-        bool left = x + rad + 6 + tw > W - PR;
-        struct placed p = {left ? x - rad - 6 - tw : x + rad + 6, y - 9, 0, 0};
-        p.x1 = p.x0 + tw;
-        p.y1 = p.y0 + 14;
-        for (int tries = 0; tries < 40; tries++) {
-            bool clash = false;
-            for (int j = 0; j < n_pl && !clash; j++)
-                clash = overlaps(&p, &pl[j]);
-            if (!clash)
-                break;
-            p.y0 += zero ? -15 : 15;
-            p.y1 += zero ? -15 : 15;
+        const double tw = 7.0 * (double)strlen(label), th = 14, x = px[i], y = py[i], rad = pr[i];
+        const double spots[][2] = {
+            {x + rad + 6, y - th / 2},      {x - rad - 6 - tw, y - th / 2}, {x - tw / 2, y - rad - 4 - th},
+            {x - tw / 2, y + rad + 4},      {x + rad * 0.7, y - rad - th},  {x + rad * 0.7, y + rad},
+            {x - rad * 0.7 - tw, y - rad - th}, {x - rad * 0.7 - tw, y + rad},
+        };
+        struct placed p = {spots[0][0], spots[0][1], spots[0][0] + tw, spots[0][1] + th};
+        bool found = false;
+        for (int dy = 0; dy < 6 && !found; dy++) {
+            for (size_t c = 0; c < sizeof(spots) / sizeof(spots[0]) && !found; c++) {
+                struct placed q = {spots[c][0], spots[c][1] + (dy % 2 ? 1 : -1) * 16.0 * ((dy + 1) / 2), 0, 0};
+                q.x1 = q.x0 + tw;
+                q.y1 = q.y0 + th;
+                bool ok = q.x0 >= PL + 2 && q.x1 <= W - PR - 2 && q.y0 >= PT + 2 && q.y1 <= PT + ph - 2;
+                for (int j = 0; ok && j < n_pl; j++)
+                    if (overlaps(&q, &pl[j]) && !(j == k - 1 && c >= 2)) /* spots 2+ clear their own circle */
+                        ok = false;
+                if (ok) {
+                    p = q;
+                    found = true;
+                }
+            }
         }
         pl[n_pl++] = p;
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" font-weight=\"bold\" fill=\"%s\">", p.x0, p.y1 - 3, col);
@@ -219,6 +240,9 @@ int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
         fprintf(f, "</text>\n");
     }
     free(idx);
+    free(px);
+    free(py);
+    free(pr);
     free(pl);
 
     /* Caption. */
@@ -229,7 +253,7 @@ int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
     xml(f, base_name(r->base_path));
     fprintf(f, " (%s, %s, %.2f bits/weight)", r->base_ftype[0] ? r->base_ftype : "?", bsize, b->bpw);
     if (r->base_quantized)
-        fprintf(f, "; the base is itself quantized, so the other formats are requantizations of it");
+        fprintf(f, ", itself quantized: the others are requantizations of it");
     fprintf(f, ".</text>\n<text x=\"%d\" y=\"%d\">Quality: mean KL divergence from the base over %lld tokens of ",
             PL, cy + 17, (long long)r->n_scored);
     xml(f, base_name(r->text_path));

@@ -491,6 +491,46 @@ static void test_synthetic(void) {
     unlink(in);
 }
 
+/* The writer's fill callbacks (used by ft_quantize_file) give the same
+ * bytes as borrowed data, in a buffer too; a failing fill fails the write. */
+static int fill_pattern(void *ud, void *dst, size_t size) {
+    const uint8_t *src = ud;
+    memcpy(dst, src, size);
+    return 0;
+}
+
+static int fill_fail(void *ud, void *dst, size_t size) {
+    (void)ud, (void)dst, (void)size;
+    return FT_EFORMAT;
+}
+
+static void test_writer_fill(void) {
+    uint8_t data[34 * 4];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t)(i * 7);
+    int64_t ne[2] = {64, 2};
+    struct ft_gguf_writer *a = ft_gguf_writer_new(), *b = ft_gguf_writer_new();
+    CHECK(ft_gguf_writer_add_tensor(a, "t", FT_TYPE_Q8_0, 2, ne, data) == 0);
+    CHECK(ft_gguf_writer_add_tensor_fn(b, "t", FT_TYPE_Q8_0, 2, ne, fill_pattern, data) == 0);
+    void *ba = NULL, *bb = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(ft_gguf_writer_to_buffer(a, &ba, &na) == 0);
+    CHECK(ft_gguf_writer_to_buffer(b, &bb, &nb) == 0);
+    CHECK(ba && bb && na == nb && memcmp(ba, bb, na) == 0);
+    free(ba);
+    free(bb);
+    struct ft_gguf_writer *c = ft_gguf_writer_new();
+    CHECK(ft_gguf_writer_add_tensor_fn(c, "t", FT_TYPE_Q8_0, 2, ne, fill_fail, NULL) == 0);
+    CHECK(ft_gguf_writer_to_buffer(c, &ba, &na) == FT_EFORMAT);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/fill-fail.gguf", g_dir);
+    CHECK(ft_gguf_writer_write(c, path) == FT_EFORMAT);
+    CHECK(access(path, F_OK) != 0);
+    ft_gguf_writer_free(a);
+    ft_gguf_writer_free(b);
+    ft_gguf_writer_free(c);
+}
+
 static void test_names(void) {
     CHECK(ft_ftype_by_name("q4_k_m")->ftype == FT_FTYPE_Q4_K_M);
     CHECK(ft_ftype_by_name("Q4_K")->ftype == FT_FTYPE_Q4_K_M); /* llama-quantize's alias */
@@ -511,6 +551,7 @@ int main(void) {
         return 1;
     }
     test_names();
+    test_writer_fill();
     test_synthetic();
 
     const char *src = getenv("FT_LLAMA_CPP_SRC");
