@@ -31,8 +31,8 @@ function(ft_simd_sources out_sources out_defs)
   file(GLOB srcs CONFIGURE_DEPENDS ${root}/simd/*.c)
   set(defs "")
   if(FT_SIMD_ARCH STREQUAL "x86_64" AND CMAKE_SIZEOF_VOID_P EQUAL 8)
-    set(avx2 ${root}/simd/x86/avx2.c)
-    set(avx512 ${root}/simd/x86/avx512.c)
+    set(avx2 ${root}/simd/x86/avx2.c ${root}/simd/x86/qgemm_avx2.c)
+    set(avx512 ${root}/simd/x86/avx512.c ${root}/simd/x86/qgemm_avx512.c)
     set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS
       "-mavx2;-mfma;-mf16c;-ffp-contract=off")
     # AVX512_BF16 is not a file-wide flag: the one BF16 dot that uses

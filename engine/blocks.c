@@ -1,12 +1,8 @@
 /* Shared transformer blocks the architecture files compose: embedding,
- * RMS norm, projections (matmul dispatch), RoPE, KV store and attention
+ * RMS norm, RoPE, KV store and attention
  * with GQA and sliding windows, gated MLP, the output head.
  *
- * Matmul follows ggml so quantized results agree closely with llama.cpp:
- * weights stay in their GGUF type; each activation row is converted once to
- * the weight type's vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) and
- * weight rows are dotted against it with that type's vec_dot. The work is
- * split across the pool by output rows.
+ * The projections themselves are engine/matmul.c.
  *
  * Every function works on the rows of one internal batch (struct ft_fwd);
  * none allocates. */
@@ -40,116 +36,6 @@ void ft_layer_rope(const struct ft_model *m, int il, struct ft_rope *r) {
     r->beta_slow = hp->rope_beta_slow;
     r->n_ctx_orig = hp->rope_n_ctx_orig;
     r->freq_factors = m->rope_freqs.data;
-}
-
-/* ---- matmul dispatch ------------------------------------------------------- */
-
-struct convert_task {
-    enum ft_type type;
-    const float *in;
-    int64_t n_rows, k;
-    void *out;
-    size_t out_row;
-};
-
-static void convert_run(void *ctx, int ith, int nth) {
-    const struct convert_task *c = ctx;
-    const int64_t r0 = c->n_rows * ith / nth;
-    const int64_t r1 = c->n_rows * (ith + 1) / nth;
-    if (r1 > r0)
-        ft_convert_rows_ref(c->type, c->in + r0 * c->k, r1 - r0, c->k,
-                            (char *)c->out + (size_t)r0 * c->out_row);
-}
-
-/* Activations of `in` (n_rows, k) in type vdt: in itself for F32, else the
- * converted rows in the scratch buffer. */
-static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enum ft_type vdt,
-                               size_t *row_size) {
-    *row_size = ft_row_size(vdt, k);
-    if (vdt == FT_TYPE_F32)
-        return in;
-    struct convert_task c = {vdt, in, f->n_rows, k, f->s->act, *row_size};
-    ft_threadpool_run(f->m->pool, convert_run, &c);
-    return f->s->act;
-}
-
-struct matmul_task {
-    const struct ft_weight *w;
-    const struct ft_weight *bias;
-    ft_vec_dot_fn dot;
-    const void *a;
-    size_t a_row;
-    int64_t n_tok;
-    float *out;
-    int64_t ld;
-};
-
-static void matmul_run(void *ctx, int ith, int nth) {
-    const struct matmul_task *t = ctx;
-    const int64_t rows = t->w->rows;
-    /* Chunks of whole groups of 8 rows keep each thread's output columns
-     * apart (no false sharing on a row of out within a cache line). */
-    const int64_t groups = (rows + 7) / 8;
-    const int64_t r0 = FT_MIN(rows, groups * ith / nth * 8);
-    const int64_t r1 = FT_MIN(rows, groups * (ith + 1) / nth * 8);
-    if (r1 <= r0)
-        return;
-    ft_matmul_rows_ref(t->dot, t->w->data, t->w->row_size, t->w->cols, r0, r1, t->a, t->a_row,
-                       t->n_tok, t->out, t->ld);
-    if (t->bias && t->bias->data) {
-        const float *b = t->bias->data;
-        for (int64_t i = 0; i < t->n_tok; i++)
-            for (int64_t r = r0; r < r1; r++)
-                t->out[i * t->ld + r] += b[r];
-    }
-}
-
-static void matmul_act(struct ft_fwd *f, float *out, int64_t ld, const struct ft_weight *w,
-                       const struct ft_weight *bias, const void *act, size_t act_row) {
-    struct matmul_task t = {
-        .w = w,
-        .bias = bias,
-        .dot = ft_type_traits(w->type)->vec_dot,
-        .a = act,
-        .a_row = act_row,
-        .n_tok = f->n_rows,
-        .out = out,
-        .ld = ld,
-    };
-    ft_threadpool_run(f->m->pool, matmul_run, &t);
-}
-
-static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
-
-void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
-                   const float *in) {
-    size_t row;
-    const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
-    matmul_act(f, out, w->rows, w, bias, act, row);
-}
-
-/* Several projections of the same input: convert once per distinct
- * vec_dot_type (consecutive calls only; the buffer is reused). */
-static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *const *outs,
-                              const struct ft_weight *const *ws, const struct ft_weight *const *bs) {
-    enum ft_type have = FT_TYPE_COUNT;
-    const void *act = NULL;
-    size_t row = 0;
-    for (int i = 0; i < n; i++) {
-        const enum ft_type vdt = vdt_of(ws[i]);
-        if (vdt != have) {
-            act = convert_act(f, in, ws[i]->cols, vdt, &row);
-            have = vdt;
-        }
-        matmul_act(f, outs[i], ws[i]->rows, ws[i], bs[i], act, row);
-    }
-}
-
-void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
-    float *outs[3] = {f->s->q, f->s->k, f->s->v};
-    const struct ft_weight *ws[3] = {&l->wq, &l->wk, &l->wv};
-    const struct ft_weight *bs[3] = {&l->bq, &l->bk, &l->bv};
-    matmul_same_input(f, f->s->xb, 3, outs, ws, bs);
 }
 
 /* ---- elementwise and per-row blocks ------------------------------------------ */
@@ -282,10 +168,8 @@ void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) 
 
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in) {
     struct ft_scratch *s = f->s;
-    float *outs[2] = {s->gate, s->up};
-    const struct ft_weight *ws[2] = {&l->ffn_gate, &l->ffn_up};
-    const struct ft_weight *bs[2] = {NULL, NULL};
-    matmul_same_input(f, in, 2, outs, ws, bs);
+    const struct ft_mm gate_up[2] = {{&l->ffn_gate, NULL, s->gate}, {&l->ffn_up, NULL, s->up}};
+    ft_matmul(f, in, 2, gate_up);
     const int64_t n = (int64_t)f->n_rows * l->ffn_gate.rows;
     if (act == FT_GLU_SILU)
         ft_swiglu_ref(s->gate, s->gate, s->up, n);

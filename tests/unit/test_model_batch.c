@@ -1,6 +1,7 @@
 /* The batch and KV-cache contract of ft_model_forward (DESIGN.md §4) on real
  * models from ../shared/models:
- *   (a) a prompt in one batch and one token at a time give the same logits;
+ *   (a) a prompt in one batch and in batches of 8 give the same logits, and
+ *       one token at a time gives them to within quantization noise;
  *   (b) two sequences interleaved in one batch give the logits each gives alone;
  *   (c) truncating a sequence and re-evaluating reproduces the logits;
  *   (d) KV blocks return to the free list;
@@ -8,7 +9,15 @@
  * pass, and the errors for bad batches (nothing changes on error).
  *
  * Every row of a batch is computed by the same code whatever else is in the
- * batch, so (a)-(c) hold to float rounding; TOL is tight on purpose. gemma3
+ * batch, so (a)-(c) hold to float rounding; TOL is tight on purpose. The one
+ * exception is the matmul path, chosen by batch size (engine/matmul.c): a
+ * single token takes vec_dot, a batch of 8 or more the GEMM (on every level
+ * that has one), whose float
+ * sums are grouped differently (each within ~1e-7 of the other, test_qgemm).
+ * Through quantized activations that difference is amplified exactly as
+ * test_model_reference.c describes (a 1e-7 nudge moves some logits by up to
+ * 0.5), so token-at-a-time is held to that test's bounds instead: RMS
+ * <= 0.15, every logit within 0.6. gemma3
  * (sliding window 16, a global layer) and llama (GQA 4:2) are both run, so
  * window masking and KV-head sharing are covered on both paths. */
 #include "ft_test.h"
@@ -82,7 +91,7 @@ static void run(const char *path) {
     float *mix = malloc(sizeof(float) * 2 * N * nv);
     float *alone_b = malloc(sizeof(float) * N * nv);
 
-    /* (a) one batch vs one token at a time */
+    /* (a) one batch vs batches of 8 (same matmul path) and vs one token at a time */
     struct ft_kv_cache *kv = NULL;
     CHECK(ft_kv_cache_new(m, 1024, 4, &kv) == FT_OK);
     const int32_t total = ft_kv_cache_blocks_total(kv);
@@ -90,11 +99,22 @@ static void run(const char *path) {
     CHECK(eval_seq(m, kv, 0, ta, N, 0, full) == FT_OK);
     CHECK_EQ_INT(ft_kv_cache_seq_len(kv, 0), N);
     CHECK_EQ_INT(ft_kv_cache_blocks_free(kv), total - (N + FT_KV_BLOCK_TOKENS - 1) / FT_KV_BLOCK_TOKENS);
+    _Static_assert(N % 8 == 0, "N is whole batches of 8");
+    for (int i = 0; i < N; i += 8)
+        CHECK(eval_seq(m, kv, 1, &ta[i], 8, i, one + (size_t)i * nv) == FT_OK);
+    double d = max_diff(full, one, N * nv);
+    printf("  (a) one batch vs batches of 8: max diff %.2e\n", d);
+    CHECKF(d <= TOL, "(a) %s: %g", path, d);
+    ft_kv_cache_seq_truncate(kv, 1, 0);
     for (int i = 0; i < N; i++)
         CHECK(eval_seq(m, kv, 1, &ta[i], 1, i, one + (size_t)i * nv) == FT_OK);
-    double d = max_diff(full, one, N * nv);
-    printf("  (a) one batch vs token by token: max diff %.2e\n", d);
-    CHECKF(d <= TOL, "(a) %s: %g", path, d);
+    d = max_diff(full, one, N * nv);
+    double sq = 0.0;
+    for (size_t i = 0; i < N * nv; i++)
+        sq += ((double)full[i] - (double)one[i]) * ((double)full[i] - (double)one[i]);
+    const double rms = sqrt(sq / (double)(N * nv));
+    printf("  (a) one batch vs token by token: max diff %.2e, rms %.2e\n", d, rms);
+    CHECKF(d <= 0.6 && rms <= 0.15, "(a) token by token %s: max %g rms %g", path, d, rms);
 
     /* (b) two sequences interleaved in one batch vs each alone */
     CHECK(eval_seq(m, kv, 2, tb, N, 0, alone_b) == FT_OK);

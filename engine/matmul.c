@@ -1,0 +1,309 @@
+/* Matmul dispatch: out = in W^T for the projections of a forward pass, on
+ * the thread pool.
+ *
+ * Weights stay in their GGUF type. Activation rows are converted once per
+ * product to the weight type's vec_dot_type by that type's from_float (the
+ * type table, include/ft/types.h), so the rounding of activations is the
+ * one place that defines it. Then one of two paths:
+ *
+ *   vec_dot  each weight row is dotted with each token row (row outer, so a
+ *            row is read once per product). Decode (one token) is this: a
+ *            single streaming pass over the weights, split by rows across
+ *            the threads in proportion to bytes. Also every type or level
+ *            without a GEMM, and batches too small for one.
+ *   GEMM     batches of at least the GEMM's min_tokens (4 on AVX-512, 8 on
+ *            AVX2) when the level has one for the type (include/ft/qgemm.h):
+ *            activations are packed into
+ *            tiles of 8 tokens once, then each thread takes a contiguous run
+ *            of weight tiles (16 rows on AVX-512), unpacks a panel of a few
+ *            of them into its own buffer (cache-resident, a few percent of
+ *            the work) and multiplies it with every activation tile, in
+ *            blocks of tokens so the panel and the token block share L2.
+ *
+ * Several products of the same input (Q, K, V; gate, up) go through one
+ * call, so they share the activation conversion and the thread-pool round
+ * trips: one dispatch for the conversion (none for a single token, which
+ * the calling thread converts) and one for all the products.
+ */
+#include "ft/qgemm.h"
+#include "model_internal.h"
+
+#include <string.h>
+
+/* Tokens per block of the GEMM loop: the block's activation tiles and the
+ * thread's weight panel together stay in L2. */
+#define FT_QGEMM_TOKEN_BLOCK 64
+/* Bytes of unpacked weights a thread works on at a time (at least one tile). */
+#define FT_QGEMM_PANEL_BYTES (512u << 10)
+
+static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok) {
+    const struct ft_qgemm *g = ft_qgemm_get(w->type);
+    return g && n_tok >= g->min_tokens ? g : NULL;
+}
+
+static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
+
+/* ---- scratch sizes ------------------------------------------------------------- */
+
+/* Over every level this CPU runs: the level may change between forward
+ * passes (ft_cpu_force_isa), the scratch stays big enough. */
+static void need_of(const struct ft_weight *w, int32_t n_tok, size_t *act, size_t *panel) {
+    if (!w->data || w->rows <= 0)
+        return;
+    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
+        const struct ft_qgemm *g = ft_qgemm_get_isa(w->type, (enum ft_isa)isa);
+        if (!g || n_tok < g->min_tokens)
+            continue;
+        const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
+        const size_t a = tiles * g->a_tile_size(w->cols);
+        const size_t wt = g->w_tile_size(w->cols);
+        const size_t p = FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt);
+        *act = FT_MAX(*act, a);
+        *panel = FT_MAX(*panel, p);
+    }
+}
+
+void ft_matmul_scratch_need(const struct ft_model *m, int32_t n_tok, size_t *act, size_t *panel) {
+    *act = 0;
+    *panel = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct ft_layer *l = &m->layers[il];
+        const struct ft_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
+        for (size_t i = 0; i < FT_ARRAY_LEN(ws); i++)
+            need_of(ws[i], n_tok, act, panel);
+    }
+    need_of(&m->output, n_tok, act, panel);
+    /* kernels are faster on 64-byte aligned tiles */
+    *panel = (*panel + 63) & ~(size_t)63;
+}
+
+/* ---- activation conversion ------------------------------------------------------- */
+
+struct act_task {
+    enum ft_type vdt;
+    const float *in;
+    int32_t n_tok;
+    int64_t k;
+    void *rows; /* converted rows, a_row bytes apart */
+    size_t a_row;
+    const struct ft_qgemm *g; /* NULL: rows only; else also pack tiles */
+    void *tiles;
+};
+
+static void convert_rows(const struct act_task *c, int32_t t0, int32_t t1) {
+    const ft_from_float_fn from_float = ft_type_traits(c->vdt)->from_float;
+    for (int32_t t = t0; t < t1; t++)
+        from_float(c->in + (int64_t)t * c->k, (char *)c->rows + (size_t)t * c->a_row, c->k);
+}
+
+/* Thread ith converts a contiguous run of token tiles and packs each one
+ * right after its rows: no barrier between the two steps. */
+static void act_run(void *ctx, int ith, int nth) {
+    const struct act_task *c = ctx;
+    const int tt = c->g ? c->g->tile_tokens : 1;
+    const int32_t n_tiles = (c->n_tok + tt - 1) / tt;
+    const int32_t i0 = (int32_t)((int64_t)n_tiles * ith / nth);
+    const int32_t i1 = (int32_t)((int64_t)n_tiles * (ith + 1) / nth);
+    for (int32_t i = i0; i < i1; i++) {
+        const int32_t t0 = i * tt, t1 = FT_MIN(c->n_tok, t0 + tt);
+        convert_rows(c, t0, t1);
+        if (c->g)
+            c->g->pack_a((const char *)c->rows + (size_t)t0 * c->a_row, c->a_row, t1 - t0, c->k,
+                         (char *)c->tiles + (size_t)i * c->g->a_tile_size(c->k));
+    }
+}
+
+/* Convert in (n_tok, k) to vdt rows in the scratch (F32: in itself), and
+ * with g also into g's activation tiles. */
+static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enum ft_type vdt,
+                               const struct ft_qgemm *g, size_t *a_row) {
+    *a_row = ft_row_size(vdt, k);
+    if (vdt == FT_TYPE_F32 && !g)
+        return in;
+    struct act_task c = {vdt, in, f->n_rows, k, f->s->act, *a_row, g, f->s->qg_act};
+    /* one token: converting on this thread is cheaper than a dispatch */
+    if (f->n_rows == 1 && !g)
+        convert_rows(&c, 0, 1);
+    else
+        ft_threadpool_run(f->m->pool, act_run, &c);
+    return f->s->act;
+}
+
+/* ---- products ---------------------------------------------------------------- */
+
+struct mm_task {
+    const struct ft_mm *mm;
+    int n;              /* products */
+    const void *a;      /* converted rows (vec_dot) */
+    size_t a_row;
+    int32_t n_tok;
+    /* GEMM */
+    const struct ft_qgemm *const *g; /* per product */
+    const void *a_tiles;
+    int tile_rows;
+    char *panels;                    /* per thread */
+    size_t panel_stride;
+};
+
+static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r1) {
+    if (!p->bias || !p->bias->data)
+        return;
+    const float *b = p->bias->data;
+    const int64_t ld = p->w->rows;
+    for (int32_t t = 0; t < n_tok; t++)
+        for (int64_t r = r0; r < r1; r++)
+            p->out[t * ld + r] += b[r];
+}
+
+/* vec_dot: the rows of all products, split by bytes. A thread's run starts
+ * and ends on a multiple of 8 rows of a product (so threads never share a
+ * cache line of output) and may span products. */
+static void vec_dot_run(void *ctx, int ith, int nth) {
+    const struct mm_task *t = ctx;
+    size_t total = 0;
+    for (int i = 0; i < t->n; i++)
+        total += (size_t)t->mm[i].w->rows * t->mm[i].w->row_size;
+    const size_t b0 = total * (size_t)ith / (size_t)nth, b1 = total * (size_t)(ith + 1) / (size_t)nth;
+    size_t base = 0;
+    for (int i = 0; i < t->n; i++) {
+        const struct ft_mm *p = &t->mm[i];
+        const struct ft_weight *w = p->w;
+        const size_t bytes = (size_t)w->rows * w->row_size;
+        /* rows whose start lies in [b0, b1), rounded to groups of 8 */
+        const int64_t groups = (w->rows + 7) / 8;
+        const size_t gb = 8 * w->row_size;
+        int64_t g0 = b0 <= base ? 0 : (int64_t)((b0 - base + gb - 1) / gb);
+        int64_t g1 = b1 <= base ? 0 : (int64_t)((b1 - base + gb - 1) / gb);
+        g0 = FT_MIN(g0, groups);
+        g1 = FT_MIN(g1, groups);
+        base += bytes;
+        const int64_t r0 = FT_MIN(w->rows, g0 * 8), r1 = FT_MIN(w->rows, g1 * 8);
+        if (r1 <= r0)
+            continue;
+        ft_matmul_rows_ref(ft_type_traits(w->type)->vec_dot, w->data, w->row_size, w->cols, r0, r1, t->a, t->a_row,
+                           t->n_tok, p->out, w->rows);
+        add_bias(p, t->n_tok, r0, r1);
+    }
+}
+
+/* The weight tile that starts at global tile index i: product and row. */
+static void tile_at(const struct mm_task *t, int64_t i, int *prod, int64_t *r0) {
+    for (int p = 0; p < t->n; p++) {
+        const int64_t n = (t->mm[p].w->rows + t->tile_rows - 1) / t->tile_rows;
+        if (i < n) {
+            *prod = p;
+            *r0 = i * t->tile_rows;
+            return;
+        }
+        i -= n;
+    }
+    *prod = t->n;
+    *r0 = 0;
+}
+
+static void gemm_run(void *ctx, int ith, int nth) {
+    const struct mm_task *t = ctx;
+    int64_t n_tiles = 0;
+    for (int p = 0; p < t->n; p++)
+        n_tiles += (t->mm[p].w->rows + t->tile_rows - 1) / t->tile_rows;
+    const int64_t i0 = n_tiles * ith / nth, i1 = n_tiles * (ith + 1) / nth;
+    char *panel = t->panels + (size_t)ith * t->panel_stride;
+    const int tt = t->g[0]->tile_tokens;
+    const int32_t n_at = (t->n_tok + tt - 1) / tt;
+    const int32_t at_block = FT_MAX(1, FT_QGEMM_TOKEN_BLOCK / tt);
+    const size_t a_tile = t->g[0]->a_tile_size(t->mm[0].w->cols);
+
+    int prod;
+    int64_t r0;
+    tile_at(t, i0, &prod, &r0);
+    for (int64_t i = i0; i < i1;) {
+        /* a panel: consecutive tiles of one product that fit the buffer */
+        const struct ft_mm *p = &t->mm[prod];
+        const struct ft_weight *w = p->w;
+        const struct ft_qgemm *g = t->g[prod];
+        const size_t w_tile = g->w_tile_size(w->cols);
+        const int64_t left_in_prod = (w->rows - r0 + t->tile_rows - 1) / t->tile_rows;
+        const int64_t np = FT_MIN(FT_MIN(i1 - i, left_in_prod), (int64_t)FT_MAX(1, t->panel_stride / w_tile));
+        for (int64_t j = 0; j < np; j++) {
+            const int64_t rr = r0 + j * t->tile_rows;
+            g->pack_w((const char *)w->data + (size_t)rr * w->row_size, w->row_size,
+                      (int)FT_MIN((int64_t)t->tile_rows, w->rows - rr), w->cols, panel + (size_t)j * w_tile);
+        }
+        for (int32_t ab = 0; ab < n_at; ab += at_block) {
+            const int32_t ae = FT_MIN(n_at, ab + at_block);
+            for (int64_t j = 0; j < np; j++) {
+                const int64_t rr = r0 + j * t->tile_rows;
+                const int nr = (int)FT_MIN((int64_t)t->tile_rows, w->rows - rr);
+                for (int32_t a = ab; a < ae; a++) {
+                    const int nt = (int)FT_MIN((int32_t)tt, t->n_tok - a * tt);
+                    g->kernel(panel + (size_t)j * w_tile, (const char *)t->a_tiles + (size_t)a * a_tile, w->cols, nr,
+                              nt, p->out + (int64_t)a * tt * w->rows + rr, w->rows);
+                }
+            }
+        }
+        add_bias(p, t->n_tok, r0, FT_MIN(w->rows, r0 + np * t->tile_rows));
+        i += np;
+        r0 += np * t->tile_rows;
+        if (r0 >= w->rows) {
+            prod++;
+            r0 = 0;
+        }
+    }
+}
+
+/* Products of one path and one activation format, same input. */
+static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm,
+                      const struct ft_qgemm *const *g) {
+    const int64_t k = mm[0].w->cols;
+    size_t a_row;
+    const void *a = convert_act(f, in, k, vdt_of(mm[0].w), g ? g[0] : NULL, &a_row);
+    struct mm_task t = {
+        .mm = mm,
+        .n = n,
+        .a = a,
+        .a_row = a_row,
+        .n_tok = f->n_rows,
+        .g = g,
+        .a_tiles = f->s->qg_act,
+        .tile_rows = g ? g[0]->tile_rows : 0,
+        .panels = f->s->qg_panel,
+        .panel_stride = f->s->qg_panel_stride,
+    };
+    ft_threadpool_run(f->m->pool, g ? gemm_run : vec_dot_run, &t);
+}
+
+#define FT_MM_MAX 4
+
+void ft_matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm) {
+    /* Consecutive products that share the path and the activation tiles
+     * (or rows) run as one group. */
+    int i = 0;
+    while (i < n) {
+        const struct ft_qgemm *g0 = gemm_for(mm[i].w, f->n_rows);
+        const struct ft_qgemm *gs[FT_MM_MAX];
+        gs[0] = g0;
+        int j = i + 1;
+        while (j < n && j - i < FT_MM_MAX) {
+            const struct ft_qgemm *gj = gemm_for(mm[j].w, f->n_rows);
+            const bool same = g0 ? gj && gj->pack_a == g0->pack_a && gj->tile_rows == g0->tile_rows
+                                 : !gj && vdt_of(mm[j].w) == vdt_of(mm[i].w);
+            if (!same)
+                break;
+            gs[j - i] = gj;
+            j++;
+        }
+        run_group(f, in, j - i, mm + i, g0 ? gs : NULL);
+        i = j;
+    }
+}
+
+void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
+                   const float *in) {
+    const struct ft_mm mm = {w, bias, out};
+    ft_matmul(f, in, 1, &mm);
+}
+
+void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
+    const struct ft_mm mm[3] = {{&l->wq, &l->bq, f->s->q}, {&l->wk, &l->bk, f->s->k}, {&l->wv, &l->bv, f->s->v}};
+    ft_matmul(f, f->s->xb, 3, mm);
+}
