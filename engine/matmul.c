@@ -8,17 +8,17 @@
  *
  *   vec_dot  each weight row is dotted with each token row (row outer, so a
  *            row is read once per product). Decode (one token) is this: a
- *            single streaming pass over the weights, split by rows across
- *            the threads in proportion to bytes. Also every type or level
- *            without a GEMM, and batches too small for one.
+ *            single streaming pass over the weights, in chunks of rows the
+ *            threads take in turn. Also every type or level without a GEMM,
+ *            and batches too small for one.
  *   GEMM     batches of at least the GEMM's min_tokens (4 on AVX-512, 8 on
  *            AVX2) when the level has one for the type (include/ft/qgemm.h):
- *            activations are packed into
- *            tiles of 8 tokens once, then each thread takes a contiguous run
- *            of weight tiles (16 rows on AVX-512), unpacks a panel of a few
- *            of them into its own buffer (cache-resident, a few percent of
- *            the work) and multiplies it with every activation tile, in
- *            blocks of tokens so the panel and the token block share L2.
+ *            activations are packed into tiles of 8 tokens once, then each
+ *            thread takes panels of a few weight tiles (16 rows each on
+ *            AVX-512), unpacks them into its own buffer (cache-resident, a
+ *            few percent of the work) and multiplies them with every
+ *            activation tile, in blocks of tokens so the panel and the
+ *            token block share L2.
  *
  * Several products of the same input (Q, K, V; gate, up) go through one
  * call, so they share the activation conversion and the thread-pool round
@@ -28,8 +28,11 @@
 #include "ft/qgemm.h"
 #include "model_internal.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
+/* Products per dispatch (QKV is the most a forward pass groups). */
+#define FT_MM_MAX 4
 /* Tokens per block of the GEMM loop: the block's activation tiles and the
  * thread's weight panel together stay in L2. */
 #define FT_QGEMM_TOKEN_BLOCK 64
@@ -131,6 +134,18 @@ static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enu
 
 /* ---- products ---------------------------------------------------------------- */
 
+/* Work is handed out in chunks from a shared counter rather than split in
+ * advance: a thread that starts late (woken late, or preempted on a busy
+ * machine) then takes fewer chunks instead of holding up the barrier, and
+ * the result does not change (every output is computed the same way by
+ * whichever thread takes it).
+ *   vec_dot: chunks of about FT_MM_CHUNK_BYTES of weight rows, whole
+ *            multiples of 16 rows (no two threads write one cache line of
+ *            output);
+ *   GEMM:    a panel of up to panel_stride bytes of weight tiles, times
+ *            every token. */
+#define FT_MM_CHUNK_BYTES (128u << 10)
+
 struct mm_task {
     const struct ft_mm *mm;
     int n;              /* products */
@@ -140,9 +155,12 @@ struct mm_task {
     /* GEMM */
     const struct ft_qgemm *const *g; /* per product */
     const void *a_tiles;
-    int tile_rows;
     char *panels;                    /* per thread */
     size_t panel_stride;
+    /* chunks: per product its rows per chunk and its first chunk's index */
+    int64_t chunk_rows[FT_MM_MAX];
+    int64_t first_chunk[FT_MM_MAX + 1];
+    atomic_int_fast64_t next;
 };
 
 static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r1) {
@@ -155,85 +173,62 @@ static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r
             p->out[t * ld + r] += b[r];
 }
 
-/* vec_dot: the rows of all products, split by bytes. A thread's run starts
- * and ends on a multiple of 8 rows of a product (so threads never share a
- * cache line of output) and may span products. */
+/* The next chunk: product and rows [r0, r1); false when none is left. */
+static bool next_chunk(struct mm_task *t, int *prod, int64_t *r0, int64_t *r1) {
+    const int64_t c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+    if (c >= t->first_chunk[t->n])
+        return false;
+    int p = 0;
+    while (c >= t->first_chunk[p + 1])
+        p++;
+    *prod = p;
+    *r0 = (c - t->first_chunk[p]) * t->chunk_rows[p];
+    *r1 = FT_MIN(t->mm[p].w->rows, *r0 + t->chunk_rows[p]);
+    return true;
+}
+
 static void vec_dot_run(void *ctx, int ith, int nth) {
-    const struct mm_task *t = ctx;
-    size_t total = 0;
-    for (int i = 0; i < t->n; i++)
-        total += (size_t)t->mm[i].w->rows * t->mm[i].w->row_size;
-    const size_t b0 = total * (size_t)ith / (size_t)nth, b1 = total * (size_t)(ith + 1) / (size_t)nth;
-    size_t base = 0;
-    for (int i = 0; i < t->n; i++) {
-        const struct ft_mm *p = &t->mm[i];
+    (void)ith;
+    (void)nth;
+    struct mm_task *t = ctx;
+    int prod;
+    int64_t r0, r1;
+    while (next_chunk(t, &prod, &r0, &r1)) {
+        const struct ft_mm *p = &t->mm[prod];
         const struct ft_weight *w = p->w;
-        const size_t bytes = (size_t)w->rows * w->row_size;
-        /* rows whose start lies in [b0, b1), rounded to groups of 8 */
-        const int64_t groups = (w->rows + 7) / 8;
-        const size_t gb = 8 * w->row_size;
-        int64_t g0 = b0 <= base ? 0 : (int64_t)((b0 - base + gb - 1) / gb);
-        int64_t g1 = b1 <= base ? 0 : (int64_t)((b1 - base + gb - 1) / gb);
-        g0 = FT_MIN(g0, groups);
-        g1 = FT_MIN(g1, groups);
-        base += bytes;
-        const int64_t r0 = FT_MIN(w->rows, g0 * 8), r1 = FT_MIN(w->rows, g1 * 8);
-        if (r1 <= r0)
-            continue;
         ft_matmul_rows_ref(ft_type_traits(w->type)->vec_dot, w->data, w->row_size, w->cols, r0, r1, t->a, t->a_row,
                            t->n_tok, p->out, w->rows);
         add_bias(p, t->n_tok, r0, r1);
     }
 }
 
-/* The weight tile that starts at global tile index i: product and row. */
-static void tile_at(const struct mm_task *t, int64_t i, int *prod, int64_t *r0) {
-    for (int p = 0; p < t->n; p++) {
-        const int64_t n = (t->mm[p].w->rows + t->tile_rows - 1) / t->tile_rows;
-        if (i < n) {
-            *prod = p;
-            *r0 = i * t->tile_rows;
-            return;
-        }
-        i -= n;
-    }
-    *prod = t->n;
-    *r0 = 0;
-}
-
 static void gemm_run(void *ctx, int ith, int nth) {
-    const struct mm_task *t = ctx;
-    int64_t n_tiles = 0;
-    for (int p = 0; p < t->n; p++)
-        n_tiles += (t->mm[p].w->rows + t->tile_rows - 1) / t->tile_rows;
-    const int64_t i0 = n_tiles * ith / nth, i1 = n_tiles * (ith + 1) / nth;
+    (void)nth;
+    struct mm_task *t = ctx;
     char *panel = t->panels + (size_t)ith * t->panel_stride;
     const int tt = t->g[0]->tile_tokens;
     const int32_t n_at = (t->n_tok + tt - 1) / tt;
     const int32_t at_block = FT_MAX(1, FT_QGEMM_TOKEN_BLOCK / tt);
     const size_t a_tile = t->g[0]->a_tile_size(t->mm[0].w->cols);
-
     int prod;
-    int64_t r0;
-    tile_at(t, i0, &prod, &r0);
-    for (int64_t i = i0; i < i1;) {
-        /* a panel: consecutive tiles of one product that fit the buffer */
+    int64_t r0, r1;
+    while (next_chunk(t, &prod, &r0, &r1)) {
         const struct ft_mm *p = &t->mm[prod];
         const struct ft_weight *w = p->w;
         const struct ft_qgemm *g = t->g[prod];
+        const int tr = g->tile_rows;
         const size_t w_tile = g->w_tile_size(w->cols);
-        const int64_t left_in_prod = (w->rows - r0 + t->tile_rows - 1) / t->tile_rows;
-        const int64_t np = FT_MIN(FT_MIN(i1 - i, left_in_prod), (int64_t)FT_MAX(1, t->panel_stride / w_tile));
+        const int64_t np = (r1 - r0 + tr - 1) / tr;
         for (int64_t j = 0; j < np; j++) {
-            const int64_t rr = r0 + j * t->tile_rows;
-            g->pack_w((const char *)w->data + (size_t)rr * w->row_size, w->row_size,
-                      (int)FT_MIN((int64_t)t->tile_rows, w->rows - rr), w->cols, panel + (size_t)j * w_tile);
+            const int64_t rr = r0 + j * tr;
+            g->pack_w((const char *)w->data + (size_t)rr * w->row_size, w->row_size, (int)FT_MIN((int64_t)tr, r1 - rr),
+                      w->cols, panel + (size_t)j * w_tile);
         }
         for (int32_t ab = 0; ab < n_at; ab += at_block) {
             const int32_t ae = FT_MIN(n_at, ab + at_block);
             for (int64_t j = 0; j < np; j++) {
-                const int64_t rr = r0 + j * t->tile_rows;
-                const int nr = (int)FT_MIN((int64_t)t->tile_rows, w->rows - rr);
+                const int64_t rr = r0 + j * tr;
+                const int nr = (int)FT_MIN((int64_t)tr, r1 - rr);
                 for (int32_t a = ab; a < ae; a++) {
                     const int nt = (int)FT_MIN((int32_t)tt, t->n_tok - a * tt);
                     g->kernel(panel + (size_t)j * w_tile, (const char *)t->a_tiles + (size_t)a * a_tile, w->cols, nr,
@@ -241,13 +236,7 @@ static void gemm_run(void *ctx, int ith, int nth) {
                 }
             }
         }
-        add_bias(p, t->n_tok, r0, FT_MIN(w->rows, r0 + np * t->tile_rows));
-        i += np;
-        r0 += np * t->tile_rows;
-        if (r0 >= w->rows) {
-            prod++;
-            r0 = 0;
-        }
+        add_bias(p, t->n_tok, r0, r1);
     }
 }
 
@@ -265,14 +254,27 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         .n_tok = f->n_rows,
         .g = g,
         .a_tiles = f->s->qg_act,
-        .tile_rows = g ? g[0]->tile_rows : 0,
         .panels = f->s->qg_panel,
         .panel_stride = f->s->qg_panel_stride,
     };
+    const int64_t nth = ft_threadpool_n_threads(f->m->pool);
+    t.first_chunk[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const struct ft_weight *w = mm[i].w;
+        int64_t rows;
+        if (g) { /* a panel of whole tiles; at least 4 per thread to share out */
+            const int64_t tiles = (w->rows + g[i]->tile_rows - 1) / g[i]->tile_rows;
+            const int64_t cap = (int64_t)FT_MAX((size_t)1, t.panel_stride / g[i]->w_tile_size(w->cols));
+            rows = FT_MAX((int64_t)1, FT_MIN(cap, tiles / (4 * nth))) * g[i]->tile_rows;
+        } else {
+            rows = FT_MAX((int64_t)16, (int64_t)(FT_MM_CHUNK_BYTES / w->row_size) / 16 * 16);
+        }
+        t.chunk_rows[i] = rows;
+        t.first_chunk[i + 1] = t.first_chunk[i] + (w->rows + rows - 1) / rows;
+    }
+    atomic_init(&t.next, 0);
     ft_threadpool_run(f->m->pool, g ? gemm_run : vec_dot_run, &t);
 }
-
-#define FT_MM_MAX 4
 
 void ft_matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm) {
     /* Consecutive products that share the path and the activation tiles
