@@ -37,6 +37,14 @@ void ft_qgemm_fill_avx512(const struct ft_qgemm **table);
 /* ---- micro-kernel ------------------------------------------------------------------ */
 
 static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }
+
+/* acc += w . (the 4 bytes at p, broadcast): the broadcast as vpdpbusd's
+ * embedded {1to16} memory operand, one micro-fused uop instead of a
+ * vpbroadcastd and a vpdpbusd (GCC does not fold the two). */
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+}
 static inline __m512 bcastf(const uint8_t *p) {
     float f;
     memcpy(&f, p, 4);
@@ -68,7 +76,7 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
             for (int gi = 0; gi < ngrp; gi++) {
                 const __m512i W = _mm512_loadu_si512(w + gi * 64);
                 for (int t = 0; t < TT; t++)
-                    acc[t] = _mm512_dpbusd_epi32(acc[t], W, bcast32(aq + (gi * TT + t) * 4));
+                    acc[t] = dpbusd_bcast(acc[t], W, aq + (gi * TT + t) * 4);
             }
             const __m512 S = _mm512_loadu_ps(w + G * TR);
             if (nsub == 1) {
