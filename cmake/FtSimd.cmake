@@ -44,7 +44,7 @@ function(ft_simd_sources out_sources out_defs)
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
     set(neon ${root}/simd/arm/neon.c)
-    set(neon_dot ${root}/simd/arm/neon_dotprod.c)
+    set(neon_dot ${root}/simd/arm/neon_dotprod.c ${root}/simd/arm/qgemm_neon_dotprod.c)
     set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS
       "-march=armv8-a;-ffp-contract=off")
     set_source_files_properties(${neon_dot} PROPERTIES COMPILE_OPTIONS

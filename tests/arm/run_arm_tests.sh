@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The NEON kernels on aarch64, under qemu-user (DESIGN.md section 7).
 #
-# Cross-compiles simd/ and tests/unit/test_simd_kernels.c with
+# Cross-compiles simd/, tests/unit/test_simd_kernels.c and test_qgemm.c with
 # aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through
 # tests/arm/CMakeLists.txt + cmake/aarch64-linux-gnu.cmake, then runs the
-# test once per kernel level with FT_ISA forcing it:
+# kernel test once per kernel level with FT_ISA forcing it:
 #   scalar, neon, neon-dotprod   on qemu's "max" CPU (has dotprod, i8mm)
 #   neon-dotprod                 on a Cortex-A53 (no dotprod): must be
 #                                refused with a message, and auto -> neon
+# and tests/unit/test_qgemm.c (the GEMM) on each level of qemu's "max" CPU:
+# neon-dotprod has one for every quantized type, neon and scalar none.
 # Exit status 0 when every run passes; the last line is a pytest-like
 # summary. Build directory: $FT_ARM_BUILD_DIR (default build/arm).
 set -uo pipefail
@@ -38,9 +40,9 @@ fi
 TEST="$BUILD/test_simd_kernels"
 passed=0
 failed=0
-run() { # name, qemu cpu, FT_ISA, expected line in the output
-  local name=$1 cpu=$2 isa=$3 expect=$4 out rc
-  out=$(FT_ISA=$isa qemu-aarch64 -cpu "$cpu" "$TEST" 2>&1)
+run() { # name, qemu cpu, FT_ISA, expected line in the output[, test binary]
+  local name=$1 cpu=$2 isa=$3 expect=$4 bin=${5:-$TEST} out rc
+  out=$(FT_ISA=$isa qemu-aarch64 -cpu "$cpu" "$bin" 2>&1)
   rc=$?
   if [ $rc -eq 0 ] && grep -q -- "$expect" <<<"$out"; then
     passed=$((passed + 1))
@@ -57,6 +59,10 @@ run "neon on qemu max"               max        neon         "level neon  *ok"
 run "scalar on qemu max"             max        scalar       "level scalar  *ok"
 run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"
 run "neon-dotprod refused on a53"    cortex-a53 neon-dotprod "refused: FT_ISA=neon-dotprod: this CPU cannot run it"
+QG="$BUILD/test_qgemm"
+run "gemm neon-dotprod on qemu max"  max        neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
+run "no gemm for neon on qemu max"   max        neon         "level neon  *0 GEMM types" "$QG"
+run "no gemm for scalar on qemu max" max        scalar       "level scalar  *0 GEMM types" "$QG"
 
 if [ $failed -eq 0 ]; then
   printf '==== %d passed in %ss ====\n' "$passed" "$(elapsed)"
