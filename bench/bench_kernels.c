@@ -13,12 +13,22 @@
  * as GB/s of weight bytes read and Gelem/s (weights per second), plus the
  * speed-up of the hot number over the scalar reference (when the scalar
  * level is among those measured). Then the activation
- * quantizers and dequantizers (from_float / to_float) per level.
+ * quantizers and dequantizers (from_float / to_float) per level, and the
+ * prefill GEMM (include/ft/qgemm.h) per type and level: a 256 x 2048 weight
+ * matrix times 64 tokens, one thread, in cache, as GMAC/s (multiply-adds of
+ * weights and activations) of the kernel alone, the cost of unpacking the
+ * weights as a share of the kernel time at 512 tokens, and the same product
+ * done with vec_dot row by row for comparison.
+ *
+ * Times are the thread's CPU time (best of the repetitions), so other
+ * processes on a shared machine disturb them less than wall-clock time.
  *
  * Not a test: it asserts nothing. Usage:
- *   ft-bench-kernels [--types Q4_0,Q4_K,...] [--isa avx2,avx512] [--seconds S] [--no-stream]
+ *   ft-bench-kernels [--types Q4_0,Q4_K,...] [--isa avx2,avx512] [--seconds S] [--no-stream] [--no-gemm]
  */
 #include "ft/cpu.h"
+#include "ft/ops.h"
+#include "ft/qgemm.h"
 #include "ft/types.h"
 #include "simd/fp16.h"
 
@@ -34,7 +44,7 @@
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -136,6 +146,83 @@ static double time_passes(const struct ft_type_info *ti, const uint8_t *w, size_
     return best;
 }
 
+static int in_list(const char *list, const char *name);
+
+/* The GEMM section (see the top of the file). Weights from the reference
+ * quantizer (the K-quant search is slow, so 16 distinct rows repeated). */
+static void bench_gemm(const char *types, const char *isas, const float *act, double seconds) {
+    enum { G_ROWS = 256, G_K = 2048, G_TOK = 64 };
+    printf("\nGEMM, %d x %d weights x %d tokens, one thread: GMAC/s; pack = unpacking as %% of the kernel at "
+           "512 tokens\n",
+           G_ROWS, G_K, G_TOK);
+    printf("%-5s %-13s %9s %7s %14s\n", "type", "level", "GMAC/s", "pack", "vec_dot GMAC/s");
+    float *f = malloc(G_K * sizeof(float));
+    float *out = malloc((size_t)G_ROWS * G_TOK * sizeof(float));
+    for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
+        const enum ft_type t = k_types[ti];
+        if (!in_list(types, ft_type_name(t)) || !ft_type_info(t)->is_quantized)
+            continue;
+        const struct ft_type_info *ref = ft_type_traits_ref(t);
+        const size_t wr = ft_row_size(t, G_K), ar = ft_row_size(ref->vec_dot_type, G_K);
+        uint8_t *w = malloc(wr * G_ROWS), *a = malloc(ar * G_TOK);
+        for (int r = 0; r < G_ROWS; r++) {
+            if (r < 16) {
+                for (int i = 0; i < G_K; i++)
+                    f[i] = rng_gauss() * 0.02f;
+                ref->from_float(f, w + (size_t)r * wr, G_K);
+            } else {
+                memcpy(w + (size_t)r * wr, w + (size_t)(r % 16) * wr, wr);
+            }
+        }
+        for (int i = 0; i < G_TOK; i++)
+            ft_type_traits_ref(ref->vec_dot_type)->from_float(act, a + (size_t)i * ar, G_K);
+        for (int l = 0; l < FT_ISA_COUNT; l++) {
+            const enum ft_isa isa = (enum ft_isa)l;
+            const struct ft_qgemm *g = ft_isa_supported(isa) ? ft_qgemm_get_isa(t, isa) : NULL;
+            if (!g || !in_list(isas, ft_isa_name(isa)))
+                continue;
+            const size_t ws = g->w_tile_size(G_K), as = g->a_tile_size(G_K);
+            const int n_wt = G_ROWS / g->tile_rows, n_at = G_TOK / g->tile_tokens;
+            uint8_t *wt = aligned_alloc(64, (ws * (size_t)n_wt + 63) / 64 * 64);
+            uint8_t *at = aligned_alloc(64, (as * (size_t)n_at + 63) / 64 * 64);
+            for (int i = 0; i < n_at; i++)
+                g->pack_a(a + (size_t)i * g->tile_tokens * ar, ar, g->tile_tokens, G_K, at + (size_t)i * as);
+            double best_pack = 1e30, best_kern = 1e30, best_dot = 1e30, start = now();
+            const ft_vec_dot_fn dot = ft_type_traits_isa(t, isa)->vec_dot;
+            for (int rep = 0; rep < 5 || now() - start < seconds; rep++) {
+                const double t0 = now();
+                for (int r = 0; r < n_wt; r++)
+                    g->pack_w(w + (size_t)r * g->tile_rows * wr, wr, g->tile_rows, G_K, wt + (size_t)r * ws);
+                const double t1 = now();
+                for (int i = 0; i < n_at; i++)
+                    for (int r = 0; r < n_wt; r++)
+                        g->kernel(wt + (size_t)r * ws, at + (size_t)i * as, G_K, g->tile_rows, g->tile_tokens,
+                                  out + (size_t)i * g->tile_tokens * G_ROWS + (size_t)r * g->tile_rows, G_ROWS);
+                const double t2 = now();
+                if (rep % 4 == 0) /* vec_dot is slow: fewer samples */
+                    ft_matmul_rows_ref(dot, w, wr, G_K, 0, G_ROWS, a, ar, G_TOK, out, G_ROWS);
+                const double t3 = now();
+                best_pack = t1 - t0 < best_pack ? t1 - t0 : best_pack;
+                best_kern = t2 - t1 < best_kern ? t2 - t1 : best_kern;
+                if (rep % 4 == 0)
+                    best_dot = t3 - t2 < best_dot ? t3 - t2 : best_dot;
+                if (rep > 2000)
+                    break;
+            }
+            const double macs = (double)G_ROWS * G_K * G_TOK;
+            printf("%-5s %-13s %9.1f %6.1f%% %14.1f\n", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
+                   100.0 * best_pack / (best_kern * 512 / G_TOK), macs / best_dot * 1e-9);
+            fflush(stdout);
+            free(wt);
+            free(at);
+        }
+        free(w);
+        free(a);
+    }
+    free(f);
+    free(out);
+}
+
 static int in_list(const char *list, const char *name) {
     if (!list)
         return 1;
@@ -152,7 +239,7 @@ static int in_list(const char *list, const char *name) {
 int main(int argc, char **argv) {
     const char *types = NULL, *isas = NULL;
     double seconds = 0.3;
-    int stream = 1;
+    int stream = 1, gemm = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc)
             types = argv[++i];
@@ -162,8 +249,10 @@ int main(int argc, char **argv) {
             seconds = atof(argv[++i]);
         else if (strcmp(argv[i], "--no-stream") == 0)
             stream = 0;
+        else if (strcmp(argv[i], "--no-gemm") == 0)
+            gemm = 0;
         else {
-            fprintf(stderr, "usage: %s [--types Q4_0,Q4_K,...] [--isa scalar,avx2,...] [--seconds S] [--no-stream]\n",
+            fprintf(stderr, "usage: %s [--types Q4_0,Q4_K,...] [--isa scalar,avx2,...] [--seconds S] [--no-stream] [--no-gemm]\n",
                     argv[0]);
             return 2;
         }
@@ -280,6 +369,8 @@ int main(int argc, char **argv) {
     }
     free(buf);
     free(out);
+    if (gemm)
+        bench_gemm(types, isas, act, seconds);
     free(act);
     return 0;
 }

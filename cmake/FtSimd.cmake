@@ -32,9 +32,9 @@ function(ft_simd_sources out_sources out_defs)
   set(defs "")
   if(FT_SIMD_ARCH STREQUAL "x86_64" AND CMAKE_SIZEOF_VOID_P EQUAL 8)
     set(avx2 ${root}/simd/x86/avx2.c ${root}/simd/x86/avx2_gemm.c ${root}/simd/x86/avx2_attn.c
-             ${root}/simd/x86/avx2_ops.c)
+             ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/qgemm_avx2.c)
     set(avx512 ${root}/simd/x86/avx512.c ${root}/simd/x86/avx512_gemm.c ${root}/simd/x86/avx512_attn.c
-               ${root}/simd/x86/avx512_ops.c)
+               ${root}/simd/x86/avx512_ops.c ${root}/simd/x86/qgemm_avx512.c)
     set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS
       "-mavx2;-mfma;-mf16c;-ffp-contract=off")
     # AVX512_BF16 is not a file-wide flag: the one BF16 dot that uses
@@ -46,7 +46,7 @@ function(ft_simd_sources out_sources out_defs)
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
     set(neon ${root}/simd/arm/neon.c)
-    set(neon_dot ${root}/simd/arm/neon_dotprod.c)
+    set(neon_dot ${root}/simd/arm/neon_dotprod.c ${root}/simd/arm/qgemm_neon_dotprod.c)
     set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS
       "-march=armv8-a;-ffp-contract=off")
     set_source_files_properties(${neon_dot} PROPERTIES COMPILE_OPTIONS

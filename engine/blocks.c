@@ -1,5 +1,5 @@
 /* Shared transformer blocks the architecture files compose: embedding,
- * RMS norm, projections (matmul dispatch), RoPE, KV store and attention
+ * RMS norm, RoPE, KV store and attention
  * with GQA and sliding windows, gated MLP, the output head.
  *
  * Matmul follows ggml so results agree with llama.cpp's: weights stay in
@@ -7,14 +7,18 @@
  * type's vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16 or F32) with its
  * from_float_act, and weight rows are dotted against it with that type's
  * vec_dot -- or vec_dot_gemv where llama.cpp would run its single-row
- * kernel, which adds in another order (uses_gemv). The work is split
- * across the pool by output rows.
+ * kernel, which adds in another order -- or, on kernel levels that have
+ * one, a quantized or float GEMM for batches. The projections are
+ * engine/matmul.c.
  *
  * Those kernel choices, and the attention algorithm, depend in llama.cpp on
  * how many rows a batch has; here on how many rows of the row's own
- * sequence it has. A lone sequence (ft run, ft logits) gets llama.cpp's
- * numbers exactly, and a sequence in a shared batch the numbers it gets
- * alone (tests/unit/test_model_batch.c).
+ * sequence it has. With the reference kernels (FT_ISA=scalar) a lone
+ * sequence (ft run, ft logits) gets llama.cpp's numbers exactly, and a
+ * sequence in a shared batch the numbers it gets alone
+ * (tests/unit/test_model_batch.c). The GEMMs of the faster levels go by the
+ * rows of the whole batch instead, so that a continuous-batching step reads
+ * each weight once for all its sequences.
  *
  * Every function works on the rows of one internal batch (struct ft_fwd);
  * none allocates. */
@@ -75,171 +79,6 @@ void ft_blk_rows_init(struct ft_fwd *f) {
     count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
     memcpy(s->row_att_n, s->row_seq_n, sizeof(int32_t) * (size_t)f->n_rows);
     memcpy(s->row_att_i, s->row_seq_i, sizeof(int32_t) * (size_t)f->n_rows);
-}
-
-/* ggml multiplies the n activation rows of a matmul with its batch kernel
- * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
- * when n == 1 -- except for weights it repacks, which take rows in groups
- * of gemm_rows and the n % gemm_rows left over one by one. n and i are the
- * row's count and index in its sequence (struct ft_scratch). */
-static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
-    return n == 1 || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
-}
-
-/* ---- matmul dispatch ------------------------------------------------------- */
-
-struct convert_task {
-    enum ft_type type;
-    const float *in;
-    int64_t n_rows, k;
-    void *out;
-    size_t out_row;
-};
-
-static void convert_run(void *ctx, int ith, int nth) {
-    const struct convert_task *c = ctx;
-    const int64_t r0 = c->n_rows * ith / nth;
-    const int64_t r1 = c->n_rows * (ith + 1) / nth;
-    if (r1 > r0)
-        ft_convert_rows_ref(c->type, c->in + r0 * c->k, r1 - r0, c->k,
-                            (char *)c->out + (size_t)r0 * c->out_row);
-}
-
-/* Activations of `in` (n_rows, k) in type vdt: in itself for F32, else the
- * converted rows in the scratch buffer. */
-static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enum ft_type vdt,
-                               size_t *row_size) {
-    *row_size = ft_row_size(vdt, k);
-    if (vdt == FT_TYPE_F32)
-        return in;
-    struct convert_task c = {vdt, in, f->n_rows, k, f->s->act, *row_size};
-    ft_threadpool_run(f->m->pool, convert_run, &c);
-    return f->s->act;
-}
-
-struct matmul_task {
-    const struct ft_weight *w;
-    const struct ft_weight *bias;
-    ft_vec_dot_fn dot, dot_gemv;
-    const uint8_t *gemv; /* (n_tok) which of the two each token uses */
-    const void *a;
-    size_t a_row;
-    int64_t n_tok;
-    float *out;
-    int64_t ld;
-};
-
-static void matmul_run(void *ctx, int ith, int nth) {
-    const struct matmul_task *t = ctx;
-    const int64_t rows = t->w->rows;
-    /* Chunks of whole groups of 8 rows keep each thread's output columns
-     * apart (no false sharing on a row of out within a cache line). */
-    const int64_t groups = (rows + 7) / 8;
-    const int64_t r0 = FT_MIN(rows, groups * ith / nth * 8);
-    const int64_t r1 = FT_MIN(rows, groups * (ith + 1) / nth * 8);
-    if (r1 <= r0)
-        return;
-    const void *wd = ft_weight_data(t->w, ft_threadpool_current_node()); /* node-local copy (--numa) */
-    /* runs of tokens that use the same dot */
-    for (int64_t t0 = 0, t1; t0 < t->n_tok; t0 = t1) {
-        for (t1 = t0 + 1; t1 < t->n_tok && t->gemv[t1] == t->gemv[t0];)
-            t1++;
-        ft_matmul_rows_ref(t->gemv[t0] ? t->dot_gemv : t->dot, wd, t->w->row_size, t->w->cols, r0, r1,
-                           (const char *)t->a + (size_t)t0 * t->a_row, t->a_row, t1 - t0, t->out + t0 * t->ld,
-                           t->ld);
-    }
-    if (t->bias && t->bias->data) {
-        const float *b = t->bias->data;
-        for (int64_t i = 0; i < t->n_tok; i++)
-            for (int64_t r = r0; r < r1; r++)
-                t->out[i * t->ld + r] += b[r];
-    }
-}
-
-/* att: count the rows as attention sees them (ft_blk_attn_out). */
-static void matmul_act(struct ft_fwd *f, float *out, int64_t ld, const struct ft_weight *w,
-                       const struct ft_weight *bias, const void *act, size_t act_row, bool att) {
-    struct ft_scratch *s = f->s;
-    const struct ft_type_info *ti = ft_type_traits(w->type);
-    const int32_t *cnt = att ? s->row_att_n : s->row_seq_n, *idx = att ? s->row_att_i : s->row_seq_i;
-    for (int32_t r = 0; r < f->n_rows; r++)
-        s->row_gemv[r] = uses_gemv(ti, cnt[r], idx[r]);
-    struct matmul_task t = {
-        .w = w,
-        .bias = bias,
-        .dot = ti->vec_dot,
-        .dot_gemv = ti->vec_dot_gemv,
-        .gemv = s->row_gemv,
-        .a = act,
-        .a_row = act_row,
-        .n_tok = f->n_rows,
-        .out = out,
-        .ld = ld,
-    };
-    ft_threadpool_run(f->m->pool, matmul_run, &t);
-}
-
-static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
-
-void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
-                   const float *in) {
-    if (ft_gemm_float_applies(f, w)) { /* float weights, prefill: engine/gemm_float.c */
-        ft_gemm_float(f, in, 1, &out, &w, &bias);
-        return;
-    }
-    size_t row;
-    const void *act = convert_act(f, in, w->cols, vdt_of(w), &row);
-    matmul_act(f, out, w->rows, w, bias, act, row, false);
-}
-
-void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
-                     const float *in) {
-    /* llama.cpp keeps all rows of the batch through the last layer's
-     * output projection and only then selects the rows that want logits;
-     * we drop them before attention, but pick its kernels by all rows */
-    if (ft_gemm_float_applies(f, wo)) { /* float weights, prefill: engine/gemm_float.c */
-        ft_gemm_float(f, in, 1, &out, &wo, &bo);
-        return;
-    }
-    size_t row;
-    const void *act = convert_act(f, in, wo->cols, vdt_of(wo), &row);
-    matmul_act(f, out, wo->rows, wo, bo, act, row, true);
-}
-
-/* Several projections of the same input: convert once per distinct
- * vec_dot_type (consecutive calls only; the buffer is reused). */
-static void matmul_same_input(struct ft_fwd *f, const float *in, int n, float *const *outs,
-                              const struct ft_weight *const *ws, const struct ft_weight *const *bs) {
-    enum ft_type have = FT_TYPE_COUNT;
-    const void *act = NULL;
-    size_t row = 0;
-    bool all_gemm = true; /* float weights of one type, prefill: one GEMM task for all */
-    for (int i = 0; i < n; i++)
-        all_gemm = all_gemm && ws[i]->type == ws[0]->type && ft_gemm_float_applies(f, ws[i]);
-    if (all_gemm) {
-        ft_gemm_float(f, in, n, outs, ws, bs);
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        if (ft_gemm_float_applies(f, ws[i])) {
-            ft_gemm_float(f, in, 1, &outs[i], &ws[i], &bs[i]);
-            have = FT_TYPE_COUNT; /* it overwrote the activation buffer */
-            continue;
-        }
-        const enum ft_type vdt = vdt_of(ws[i]);
-        if (vdt != have) {
-            act = convert_act(f, in, ws[i]->cols, vdt, &row);
-            have = vdt;
-        }
-        matmul_act(f, outs[i], ws[i]->rows, ws[i], bs[i], act, row, false);
-    }
-}
-
-void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
-    float *outs[3] = {f->s->q, f->s->k, f->s->v};
-    const struct ft_weight *ws[3] = {&l->wq, &l->wk, &l->wv};
-    const struct ft_weight *bs[3] = {&l->bq, &l->bk, &l->bv};
-    matmul_same_input(f, f->s->xb, 3, outs, ws, bs);
 }
 
 /* ---- elementwise and per-row blocks ------------------------------------------ */
@@ -565,10 +404,8 @@ void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, flo
          * the columns it computed (no extra pass or barrier) */
         ft_gemm_float_glu(f, in, &l->ffn_gate, &l->ffn_up, act, s->gate, s->up);
     } else {
-        float *outs[2] = {s->gate, s->up};
-        const struct ft_weight *ws[2] = {&l->ffn_gate, &l->ffn_up};
-        const struct ft_weight *bs[2] = {NULL, NULL};
-        matmul_same_input(f, in, 2, outs, ws, bs);
+        const struct ft_mm gate_up[2] = {{&l->ffn_gate, NULL, s->gate}, {&l->ffn_up, NULL, s->up}};
+        ft_matmul(f, in, 2, gate_up);
         const struct glu_ctx c = {act, l->ffn_gate.rows};
         for_rows(f, f->n_rows, glu_rows, &c);
     }

@@ -297,6 +297,8 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->gate);
     free(s->up);
     free(s->act);
+    free(s->qg_act);
+    free(s->qg_panel);
     free(s->row_pos);
     free(s->row_seq);
     free(s->row_out);
@@ -344,6 +346,18 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->up = grow(s->up, N * (size_t)hp->n_ff, sizeof(float), &fail);
     /* + 16 rows: the float GEMM packs A in panels of up to 16 rows. */
     s->act = grow(s->act, (N + 16) * max_in, sizeof(float), &fail);
+    size_t qg_act = 0, qg_panel = 0;
+    ft_matmul_scratch_need(m, n, &qg_act, &qg_panel);
+    if (qg_act > 0) {
+        /* 64-byte aligned: the GEMM kernels stream these tiles */
+        const size_t nth = (size_t)ft_threadpool_n_threads(m->pool);
+        free(s->qg_act);
+        free(s->qg_panel);
+        s->qg_act = aligned_alloc(64, (qg_act + 63) & ~(size_t)63);
+        s->qg_panel = aligned_alloc(64, nth * qg_panel);
+        s->qg_panel_stride = qg_panel;
+        fail = fail || !s->qg_act || !s->qg_panel;
+    }
     s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
     s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
     s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);

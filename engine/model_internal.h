@@ -107,6 +107,9 @@ struct ft_scratch {
     void *act;        /* activations converted to a vec_dot_type, or packed for the float GEMM:
                          cap + 16 rows of the widest input, 4 bytes per element */
     size_t act_size;
+    void *qg_act;     /* GEMM activation tiles of the widest input (engine/matmul.c) */
+    void *qg_panel;   /* per thread: qg_panel_stride bytes of unpacked weight tiles */
+    size_t qg_panel_stride;
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
     int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
@@ -206,6 +209,20 @@ void ft_blk_embed(struct ft_fwd *f, float scale);
 void ft_blk_rmsnorm(struct ft_fwd *f, float *y, const float *x, const struct ft_weight *w);
 /* RMS norm of every head of every row in place (rows of n_head heads of w->cols). */
 void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct ft_weight *w);
+/* ---- matmul dispatch (engine/matmul.c) ---- */
+
+/* One product of a call to ft_matmul(): out (n_rows, w->rows) = in W^T + bias. */
+struct ft_mm {
+    const struct ft_weight *w;
+    const struct ft_weight *bias; /* NULL or absent: none */
+    float *out;
+};
+/* n products of the same input (n_rows, k); every w has k columns. */
+void ft_matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm);
+/* Bytes of GEMM scratch for batches of up to n_tok tokens: the activation
+ * tiles, and the weight panel of one thread. */
+void ft_matmul_scratch_need(const struct ft_model *m, int32_t n_tok, size_t *act, size_t *panel);
+
 /* out (n_rows, w->rows) = in (n_rows, w->cols) W^T (+ bias). */
 void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
                    const float *in);

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The NEON kernels on aarch64, under qemu-user (DESIGN.md section 7).
 #
-# Cross-compiles simd/, tests/unit/test_simd_kernels.c and test_float_kernels.c with
+# Cross-compiles simd/, tests/unit/test_simd_kernels.c, test_float_kernels.c and test_qgemm.c with
 # aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through
 # tests/arm/CMakeLists.txt + cmake/aarch64-linux-gnu.cmake, then runs the
-# test once per kernel level with FT_ISA forcing it:
+# kernel test once per kernel level with FT_ISA forcing it:
 #   scalar, neon, neon-dotprod   on qemu's "max" CPU (has dotprod, i8mm)
 #   neon-dotprod                 on a Cortex-A53 (no dotprod): must be
 #                                refused with a message, and auto -> neon
+# and tests/unit/test_qgemm.c (the GEMM) on each level of qemu's "max" CPU:
+# neon-dotprod has one for every quantized type, neon and scalar none.
 # Exit status 0 when every run passes; the last line is a pytest-like
 # summary. Build directory: $FT_ARM_BUILD_DIR (default build/arm).
 set -uo pipefail
@@ -62,6 +64,10 @@ FLOAT="$BUILD/test_float_kernels"
 run "float ops, neon-dotprod"        max        neon-dotprod "level neon-dotprod  *ok" "$FLOAT"
 run "float ops, neon"                max        neon         "level neon  *ok" "$FLOAT"
 run "float ops, scalar"              max        scalar       "level scalar  *ok" "$FLOAT"
+QG="$BUILD/test_qgemm"
+run "gemm neon-dotprod on qemu max"  max        neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
+run "no gemm for neon on qemu max"   max        neon         "level neon  *0 GEMM types" "$QG"
+run "no gemm for scalar on qemu max" max        scalar       "level scalar  *0 GEMM types" "$QG"
 
 if [ $failed -eq 0 ]; then
   printf '==== %d passed in %ss ====\n' "$passed" "$(elapsed)"

@@ -1,0 +1,69 @@
+/* Quantized matrix-matrix products for batches of tokens (prefill).
+ *
+ * out[t][r] = dot(W row r, A row t) for a weight matrix W in its GGUF type
+ * and activation rows A already converted to W's vec_dot_type by that
+ * type's from_float (include/ft/types.h), so the integer sums are the ones
+ * the vec_dot kernels compute and the activation rounding is the one the
+ * type table defines.
+ *
+ * The kernels work on tiles in a kernel-friendly layout, made on the fly:
+ *   - pack_w unpacks up to tile_rows consecutive weight rows into a weight
+ *     tile: quants as unsigned bytes, row-interleaved 4 bytes at a time (one
+ *     vector = 4 consecutive elements of each of the tile's rows), with the
+ *     per-sub-block scales (and mins) as floats next to them;
+ *   - pack_a interleaves up to tile_tokens activation rows the same way and
+ *     adds, per block, the activation scale and the per-sub-block sums of the
+ *     quants that fold the weight type's offset (q - 8, q - 32, ...) or min
+ *     back in;
+ *   - kernel multiplies one weight tile by one activation tile with integer
+ *     dot products (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw) and writes the
+ *     tile_rows x tile_tokens block of floats.
+ * Unpacking costs O(rows * k) per product and is reused by every token tile,
+ * so for a prompt it is a few percent of the O(rows * k * tokens) work; the
+ * GGUF mapping stays the only copy of the weights and decode keeps streaming
+ * it with vec_dot.
+ *
+ * Numerics: each output equals the reference vec_dot's (integer block sums
+ * exact) up to the order and grouping of the float operations, within the
+ * vec_dot tolerance of simd/kernels.h (tests/unit/test_qgemm.c).
+ *
+ * Tile buffers need only 4-byte alignment; 64 bytes is faster.
+ */
+#ifndef FT_QGEMM_H
+#define FT_QGEMM_H
+
+#include "ft/cpu.h"
+#include "ft/types.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ft_qgemm {
+    enum ft_type type;     /* weight type */
+    enum ft_type act_type; /* its vec_dot_type, what A rows are in */
+    int tile_rows;         /* weight rows per weight tile */
+    int tile_tokens;       /* tokens per activation tile */
+    int min_tokens;        /* smallest batch for which this beats vec_dot row by row */
+    /* Bytes of one weight tile / activation tile for rows of k elements
+     * (k a multiple of the type's block size). */
+    size_t (*w_tile_size)(int64_t k);
+    size_t (*a_tile_size)(int64_t k);
+    /* Rows 0..n_rows-1 (n_rows <= tile_rows) of w, w_row bytes apart, into
+     * a weight tile; the missing rows are zero. */
+    void (*pack_w)(const void *w, size_t w_row, int n_rows, int64_t k, void *tile);
+    /* Activation rows 0..n_tok-1 (n_tok <= tile_tokens), a_row bytes apart,
+     * into an activation tile; the missing tokens are zero. */
+    void (*pack_a)(const void *a, size_t a_row, int n_tok, int64_t k, void *tile);
+    /* out[t * ld + r] = dot(row r, token t) for r < n_rows, t < n_tok
+     * (n_rows <= tile_rows, n_tok <= tile_tokens); nothing else is written. */
+    void (*kernel)(const void *w_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
+                   int64_t ld);
+};
+
+/* The GEMM of the kernel level in use for weights of type t, or NULL when
+ * that level has none for t (use vec_dot row by row). */
+const struct ft_qgemm *ft_qgemm_get(enum ft_type t);
+/* The same for a given level (tests and benchmarks compare levels). */
+const struct ft_qgemm *ft_qgemm_get_isa(enum ft_type t, enum ft_isa isa);
+
+#endif

@@ -1,0 +1,447 @@
+/* Quantized GEMM, AVX-512 VNNI level (include/ft/qgemm.h, tile layouts in
+ * simd/qgemm_pack.h). Compiled with the avx512 level's flags
+ * (cmake/FtSimd.cmake).
+ *
+ * Micro-kernel: 16 weight rows x 8 tokens. A zmm holds 4 consecutive
+ * elements of each of the 16 rows (one group of the weight tile); each of
+ * the 8 tokens' 4 matching activation bytes is broadcast from memory into
+ * vpdpbusd (unsigned weights x signed activations, 4 products per int32
+ * lane), so a group costs one load and 8 vpdpbusd. Per sub-block the int32
+ * sums go to float and are scaled: 8 accumulators of int32, 8 of float (and
+ * 8 partial sums per Q8_K block) stay in the 32 zmm registers.
+ *
+ * On the test machine (one 512-bit FMA port) vpdpbusd, vcvtdq2ps and the
+ * float FMAs share port 0, so a Q4_0/Q8_0 block costs 8 + 3 uops per 16x8
+ * outputs: at most 8/11 of the 64 int8 MACs per cycle. Every other
+ * operation (loads, broadcasts, unpacking) goes elsewhere.
+ *
+ * Weight packers: gathers (vpgatherdd) read the same 4 bytes of 16 rows in
+ * one instruction, which is the tile's layout; the nibble and bit fields
+ * are then split lane-wise. The types without one here use the portable
+ * packers of simd/qgemm_pack.h.
+ */
+#include "simd/qgemm_pack.h"
+
+#include <immintrin.h>
+
+#define TR 16 /* weight rows per tile */
+#define TT FT_QG_TT
+
+/* Batches from 4 tokens: measured on 2048 x 2048 Q4_0/Q4_K/Q8_0, one
+ * thread, data in cache: GEMM/vec_dot time 2 tokens 0.9-1.2x, 4 tokens
+ * 1.7-2.3x (a tile computes 8 tokens whatever n_tok is). */
+#define MIN_TOKENS 4
+
+void ft_qgemm_fill_avx512(const struct ft_qgemm **table);
+
+/* ---- micro-kernel ------------------------------------------------------------------ */
+
+static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }
+
+/* acc += w . (the 4 bytes at p, broadcast): the broadcast as vpdpbusd's
+ * embedded {1to16} memory operand, one micro-fused uop instead of a
+ * vpbroadcastd and a vpdpbusd (GCC does not fold the two). */
+static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+    return acc;
+}
+static inline __m512 bcastf(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return _mm512_set1_ps(f);
+}
+
+/* G: sub-block size; ABLK: activation block; MINS: M per sub-block times
+ * the float X; XINT: X is the int32 start of each integer sum. */
+__attribute__((always_inline)) static inline void kernel_tile(const uint8_t *restrict w, const uint8_t *restrict a,
+                                                              int64_t k, int n_rows, int n_tok, float *restrict out,
+                                                              int64_t ld, const int G, const int ABLK, const int MINS,
+                                                              const int XINT) {
+    const int nsub = ABLK / G;
+    const int ngrp = G / 4;
+    const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
+    const size_t ab_bytes = ft_qg_ab_bytes(G, ABLK);
+    __m512 facc[TT];
+    for (int t = 0; t < TT; t++)
+        facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
+        const uint8_t *D = a + ABLK * TT;
+        const uint8_t *X = D + 4 * TT;
+        __m512 part[TT];
+        for (int s = 0; s < nsub; s++, w += sb_bytes) {
+            __m512i acc[TT];
+            for (int t = 0; t < TT; t++)
+                acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm512_setzero_si512();
+            const uint8_t *aq = a + (size_t)s * ngrp * TT * 4;
+            for (int gi = 0; gi < ngrp; gi++) {
+                const __m512i W = _mm512_loadu_si512(w + gi * 64);
+                for (int t = 0; t < TT; t++)
+                    acc[t] = dpbusd_bcast(acc[t], W, aq + (gi * TT + t) * 4);
+            }
+            const __m512 S = _mm512_loadu_ps(w + G * TR);
+            if (nsub == 1) {
+                for (int t = 0; t < TT; t++)
+                    facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+                if (MINS) {
+                    const __m512 M = _mm512_loadu_ps(w + G * TR + 4 * TR);
+                    for (int t = 0; t < TT; t++)
+                        facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
+                }
+            } else {
+                for (int t = 0; t < TT; t++)
+                    part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
+                                     : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
+                if (MINS) {
+                    const __m512 M = _mm512_loadu_ps(w + G * TR + 4 * TR);
+                    for (int t = 0; t < TT; t++)
+                        part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
+                }
+            }
+        }
+        if (nsub > 1)
+            for (int t = 0; t < TT; t++)
+                facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < TT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+#define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
+    static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
+        kernel_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT);                                   \
+    }
+KERNEL(kernel_q8_0_class, 32, 32, 0, 1) /* Q8_0, Q4_0, Q5_0 */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0) /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0)  /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0)  /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
+
+/* ---- gather packers -------------------------------------------------------------------- */
+
+FT_QG_PACK_W_PORTABLE(portable_, TR)
+
+/* Byte offsets of the tile's rows and the mask of those that exist. */
+struct rows16 {
+    __m512i off;
+    __mmask16 m;
+};
+
+static inline struct rows16 rows16(size_t w_row, int n_rows) {
+    struct rows16 r;
+    r.off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                               _mm512_set1_epi32((int)w_row));
+    r.m = (__mmask16)((1u << n_rows) - 1u);
+    return r;
+}
+
+/* The 4 bytes at p + row offset of each row (0 for missing rows). */
+static inline __m512i gather(struct rows16 r, const uint8_t *p) {
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), r.m, r.off, p, 1);
+}
+
+/* The half at byte 0 (lo) or 2 (hi) of each gathered word, as floats. */
+static inline __m512 half_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+static inline __m512 half_hi(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+
+static inline void store(uint8_t *p, __m512i v) { _mm512_storeu_si512(p, v); }
+static inline void storef(uint8_t *p, __m512 v) { _mm512_storeu_ps(p, v); }
+
+/* Row offsets are int32: the engine never packs rows more than 2 GiB apart
+ * (16 rows of at most 8 MiB each). */
+static int rows_fit(size_t w_row) { return w_row <= (size_t)INT32_MAX / TR; }
+
+static void pack_w_q8_0(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!rows_fit(w_row)) {
+        portable_q8_0(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const struct rows16 r = rows16(w_row, n_rows);
+    const __m512i bias = _mm512_set1_epi32((int)0x80808080u);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, o += ft_qg_sb_bytes(TR, 32, 0)) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q8_0);
+        for (int g = 0; g < 8; g++)
+            store(o + 64 * g, _mm512_xor_si512(gather(r, p + 2 + 4 * g), bias));
+        storef(o + 512, half_lo(gather(r, p)));
+    }
+}
+
+static void pack_w_q4_0(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!rows_fit(w_row)) {
+        portable_q4_0(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const struct rows16 r = rows16(w_row, n_rows);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, o += ft_qg_sb_bytes(TR, 32, 0)) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
+        for (int j = 0; j < 4; j++) {
+            const __m512i v = gather(r, p + 2 + 4 * j);
+            store(o + 64 * j, _mm512_and_si512(v, m4));
+            store(o + 64 * (4 + j), _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
+        }
+        storef(o + 512, half_lo(gather(r, p)));
+    }
+}
+
+/* Q4_K scales of 16 rows: d/dmin word and the 12 packed bytes, decoded
+ * lane-wise as ft_k4_scales does for one row. */
+static inline void k4_scales16(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    const __m512i dd = gather(r, p);
+    const __m512i a0 = gather(r, p + 4), a1 = gather(r, p + 8), a2 = gather(r, p + 12);
+    const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                  m03 = _mm512_set1_epi32(0x03030303);
+    __m512i w4[4];
+    w4[0] = _mm512_and_si512(a0, m3f);
+    w4[1] = _mm512_or_si512(_mm512_and_si512(a2, m0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, 6), m03), 4));
+    w4[2] = _mm512_and_si512(a1, m3f);
+    w4[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, 6), m03), 4));
+    const __m512 d = half_lo(dd), dmin = half_hi(dd);
+    const __m512i ff = _mm512_set1_epi32(0xff);
+    for (int s = 0; s < 8; s++) {
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(w4[s / 4], 8 * (s % 4)), ff);
+        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(w4[2 + s / 4], 8 * (s % 4)), ff);
+        storef(o + s * sb + 32 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+        /* -(dmin * mn), as the portable packer rounds it */
+        storef(o + s * sb + 32 * TR + 4 * TR,
+               _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
+    }
+}
+
+static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!rows_fit(w_row)) {
+        portable_q4_K(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const struct rows16 r = rows16(w_row, n_rows);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, o += 8 * sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_K);
+        k4_scales16(r, p, o, sb);
+        for (int c = 0; c < 4; c++)
+            for (int g = 0; g < 8; g++) {
+                const __m512i v = gather(r, p + 16 + 32 * c + 4 * g);
+                store(o + (2 * c) * sb + 64 * g, _mm512_and_si512(v, m4));
+                store(o + (2 * c + 1) * sb + 64 * g, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
+            }
+    }
+}
+
+static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!rows_fit(w_row)) {
+        portable_q5_K(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const struct rows16 r = rows16(w_row, n_rows);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, o += 8 * sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q5_K);
+        k4_scales16(r, p, o, sb);
+        for (int g = 0; g < 8; g++) {
+            const __m512i h = gather(r, p + 16 + 4 * g); /* qh bytes 4g..4g+3: bit j -> sub-block j */
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = gather(r, p + 48 + 32 * c + 4 * g);
+                const __m512i hl = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c), one), 4);
+                const __m512i hh = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c + 1), one), 4);
+                store(o + (2 * c) * sb + 64 * g, _mm512_or_si512(_mm512_and_si512(v, m4), hl));
+                store(o + (2 * c + 1) * sb + 64 * g,
+                      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), hh));
+            }
+        }
+    }
+}
+
+static void pack_w_q6_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!rows_fit(w_row)) {
+        portable_q6_K(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const struct rows16 r = rows16(w_row, n_rows);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
+    const size_t sb = ft_qg_sb_bytes(TR, 16, 0);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, o += 16 * sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q6_K);
+        /* d is the high half of the word at 206 (the block ends at 210) */
+        const __m512 d = half_hi(gather(r, p + 206));
+        for (int m = 0; m < 4; m++) {
+            const __m512i sc4 = gather(r, p + 192 + 4 * m);
+            for (int i = 0; i < 4; i++) {
+                const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sc4, 24 - 8 * i), 24);
+                storef(o + (4 * m + i) * sb + 16 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            }
+        }
+        for (int h = 0; h < 2; h++)
+            for (int l0 = 0; l0 < 32; l0 += 4) {
+                const __m512i la = gather(r, p + 64 * h + l0);      /* k = 0 low, k = 2 high nibbles */
+                const __m512i lb = gather(r, p + 64 * h + 32 + l0); /* k = 1, k = 3 */
+                const __m512i qh = gather(r, p + 128 + 32 * h + l0);
+                __m512i q[4];
+                q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi32(_mm512_and_si512(qh, m3), 4));
+                q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 2), m3), 4));
+                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(la, 4), m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 4), m3), 4));
+                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(lb, 4), m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(qh, 6), m3), 4));
+                for (int kk = 0; kk < 4; kk++) {
+                    /* element 128h + 32kk + l0: sub-block 8h + 2kk + l0/16, group (l0 % 16) / 4 */
+                    const int s = 8 * h + 2 * kk + l0 / 16;
+                    store(o + s * sb + 64 * ((l0 % 16) / 4), q[kk]);
+                }
+            }
+    }
+}
+
+/* ---- gather packers for the other types: the shared group functions, lane-wise ---- */
+
+typedef uint32_t v16u __attribute__((vector_size(64)));
+static inline v16u gather_v(struct rows16 r, const uint8_t *p) { return (v16u)gather(r, p); }
+#define LD_GATHER(c, p) gather_v(c, p)
+FT_QG_DEFINE_GROUPS(vgroup_, v16u, struct rows16, LD_GATHER)
+
+typedef v16u (*vgroup_fn)(struct rows16 r, const uint8_t *blk, int j);
+/* Writes S (and M) of every sub-block of one block of the 16 rows. */
+typedef void (*vscales_fn)(struct rows16 r, const uint8_t *blk, uint8_t *o, size_t sb);
+
+__attribute__((always_inline)) static inline void pack_w_gather(const void *w, size_t w_row, int n_rows, int64_t k,
+                                                                void *tile, int g, int mins, int blck, size_t bytes,
+                                                                vgroup_fn group, vscales_fn scales) {
+    const struct rows16 r = rows16(w_row, n_rows);
+    const int nsub = blck / g;
+    const size_t sb = ft_qg_sb_bytes(TR, g, mins);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / blck; b++, o += (size_t)nsub * sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)bytes;
+        scales(r, p, o, sb);
+        for (int s = 0; s < nsub; s++)
+            for (int j = 0; j < g / 4; j++)
+                store(o + s * sb + 64 * j, (__m512i)group(r, p, s * g / 4 + j));
+    }
+}
+
+/* d at byte 0 (and m at byte 2) of a 32-element block: S (and M). */
+static void vscales_d(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    (void)sb;
+    storef(o + 32 * TR, half_lo(gather(r, p)));
+}
+
+static void vscales_dm(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    (void)sb;
+    const __m512i dm = gather(r, p);
+    storef(o + 32 * TR, half_lo(dm));
+    storef(o + 32 * TR + 4 * TR, half_hi(dm));
+}
+
+/* Q2_K: scales[16] at 0 (low nibble sc, high nibble mn), d/dmin at 80. */
+static void vscales_q2_K(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    const __m512i dd = gather(r, p + 80);
+    const __m512 d = half_lo(dd), dmin = half_hi(dd);
+    const __m512i m4 = _mm512_set1_epi32(0x0f);
+    for (int m = 0; m < 4; m++) {
+        const __m512i v = gather(r, p + 4 * m);
+        for (int i = 0; i < 4; i++) {
+            const __m512i byte = _mm512_srli_epi32(v, 8 * i);
+            const __m512i sc = _mm512_and_si512(byte, m4);
+            const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(byte, 4), m4);
+            storef(o + (4 * m + i) * sb + 16 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+            storef(o + (4 * m + i) * sb + 16 * TR + 4 * TR,
+                   _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
+        }
+    }
+}
+
+/* Q3_K: the 6-bit scales at 96 (ft_q3k_scales, lane-wise) minus 32, d at 108. */
+static void vscales_q3_K(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    const __m512 d = half_hi(gather(r, p + 106));
+    const __m512i a0 = gather(r, p + 96), a1 = gather(r, p + 100), a2 = gather(r, p + 104);
+    const __m512i m0f = _mm512_set1_epi32(0x0f0f0f0f), m03 = _mm512_set1_epi32(0x03030303);
+    __m512i w4[4];
+    w4[0] = _mm512_or_si512(_mm512_and_si512(a0, m0f), _mm512_slli_epi32(_mm512_and_si512(a2, m03), 4));
+    w4[1] = _mm512_or_si512(_mm512_and_si512(a1, m0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 2), m03), 4));
+    w4[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a0, 4), m0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m03), 4));
+    w4[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a1, 4), m0f),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 6), m03), 4));
+    const __m512i ff = _mm512_set1_epi32(0xff), b32 = _mm512_set1_epi32(32);
+    for (int s = 0; s < 16; s++) {
+        const __m512i sc = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(w4[s / 4], 8 * (s % 4)), ff), b32);
+        storef(o + s * sb + 16 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
+    }
+}
+
+#define PACK_W_GATHER(T, G, MINS, BLCK, SCALES)                                                            \
+    static void pack_w_##T(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {               \
+        if (!rows_fit(w_row))                                                                              \
+            portable_##T(w, w_row, n_rows, k, tile);                                                       \
+        else                                                                                               \
+            pack_w_gather(w, w_row, n_rows, k, tile, G, MINS, BLCK, sizeof(ft_block_##T), vgroup_##T, SCALES); \
+    }
+PACK_W_GATHER(q4_1, 32, 1, 32, vscales_dm)
+PACK_W_GATHER(q5_0, 32, 0, 32, vscales_d)
+PACK_W_GATHER(q5_1, 32, 1, 32, vscales_dm)
+PACK_W_GATHER(q2_K, 16, 1, FT_QK_K, vscales_q2_K)
+PACK_W_GATHER(q3_K, 16, 0, FT_QK_K, vscales_q3_K)
+
+/* ---- the activations, and the table ------------------------------------------------------- */
+
+#define PACK_A(name, ACT, G, XMODE, OFF)                                                \
+    static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) { \
+        ft_qg_pack_a(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF);                   \
+    }
+PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 128)
+PACK_A(pack_a_q4_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 8)
+PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 16)
+PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, FT_QG_X_S, 0)
+PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, FT_QG_X_SUM, 0)
+PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, FT_QG_X_SUM, 0)
+PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 4)
+PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 32)
+
+#define SIZES(name, G, ABLK, MINS)                                                                    \
+    static size_t name##_w(int64_t k) { return ft_qg_w_tile_bytes(TR, G, MINS, k); }                 \
+    static size_t name##_a(int64_t k) { return ft_qg_a_tile_bytes(G, ABLK, k); }
+SIZES(size_q8_0_class, 32, 32, 0)
+SIZES(size_q4_1_class, 32, 32, 1)
+SIZES(size_k32_mins, 32, 256, 1)
+SIZES(size_k16_mins, 16, 256, 1)
+SIZES(size_k16_offset, 16, 256, 0)
+
+#define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
+    static const struct ft_qgemm g_##T = {                                                               \
+        .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
+        .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
+        .kernel = KER};
+ENTRY(Q8_0, Q8_0, size_q8_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0_class)
+ENTRY(Q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
+ENTRY(Q5_0, Q8_0, size_q8_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q8_0_class)
+ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
+ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
+ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
+ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
+ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
+ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
+ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
+
+void ft_qgemm_fill_avx512(const struct ft_qgemm **t) {
+    t[FT_TYPE_Q8_0] = &g_Q8_0;
+    t[FT_TYPE_Q4_0] = &g_Q4_0;
+    t[FT_TYPE_Q5_0] = &g_Q5_0;
+    t[FT_TYPE_Q4_1] = &g_Q4_1;
+    t[FT_TYPE_Q5_1] = &g_Q5_1;
+    t[FT_TYPE_Q2_K] = &g_Q2_K;
+    t[FT_TYPE_Q3_K] = &g_Q3_K;
+    t[FT_TYPE_Q4_K] = &g_Q4_K;
+    t[FT_TYPE_Q5_K] = &g_Q5_K;
+    t[FT_TYPE_Q6_K] = &g_Q6_K;
+}

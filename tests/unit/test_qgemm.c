@@ -1,0 +1,249 @@
+/* The quantized GEMM (include/ft/qgemm.h) against the reference vec_dot.
+ *
+ * For every kernel level this machine can run (or the one FT_ISA names) and
+ * every weight type that level has a GEMM for, a matrix of rows that do not
+ * fill the last weight tile and a batch of tokens that does not fill the
+ * last activation tile are multiplied tile by tile through pack_w, pack_a
+ * and kernel, and every output is compared with the scalar reference
+ * vec_dot of that (row, token):
+ *   |gemm - ref| <= 1e-5 * sum |x_i y_i| + 1e-30
+ * (x, y the dequantized operands: the vec_dot tolerance of
+ * test_simd_kernels.c), on weights from the reference quantizer and on
+ * random weight bytes, for several row lengths. Outputs are written into a
+ * matrix with a wider stride, pre-filled with a marker: the gaps between
+ * rows and the rows past the last token must keep it. Weight rows end at
+ * the end of their allocation and tiles sit at addresses that are only
+ * 4-byte aligned, so over-reads and alignment assumptions show (under ASan
+ * too). The levels without a GEMM (scalar, NEON) must say so (NULL), which
+ * is what sends the engine to vec_dot.
+ */
+#include "ft/common.h"
+#include "ft/cpu.h"
+#include "ft/qgemm.h"
+#include "ft/types.h"
+#include "ft_test.h"
+#include "simd/fp16.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t g_rng;
+
+static uint64_t rng_next(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+static float rng_uniform(void) { return (float)((rng_next() >> 40) * 0x1p-24); }
+
+static float rng_gauss(void) {
+    float s = 0.0f;
+    for (int i = 0; i < 12; i++)
+        s += rng_uniform();
+    return s - 6.0f;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static const enum ft_type k_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0, FT_TYPE_Q5_1,
+                                       FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K};
+
+/* Random bytes with sane half-precision scales (no NaN/inf): every quant
+ * and sub-block scale bit pattern appears. Offsets of the halves as in
+ * simd/quant_ref.h. */
+static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
+    const struct ft_type_info *ti = ft_type_info(t);
+    const int64_t nb = n / ti->blck_size;
+    for (size_t i = 0; i < (size_t)nb * ti->type_size; i++)
+        x[i] = (uint8_t)rng_next();
+    int off[2] = {-1, -1};
+    switch (t) {
+    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: off[0] = 0; break;
+    case FT_TYPE_Q4_1: case FT_TYPE_Q5_1: case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
+    case FT_TYPE_Q2_K: off[0] = 80; off[1] = 82; break;
+    case FT_TYPE_Q3_K: off[0] = 108; break;
+    case FT_TYPE_Q6_K: off[0] = 208; break;
+    default: break;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        for (int j = 0; j < 2; j++)
+            if (off[j] >= 0) {
+                const float v = j == 1 && (t == FT_TYPE_Q4_1 || t == FT_TYPE_Q5_1) ? (rng_uniform() - 0.5f) * 0.1f
+                                                                                    : (rng_uniform() + 0.05f) * 0.01f;
+                const uint16_t h = ft_float_to_half(v);
+                memcpy(x + b * (int64_t)ti->type_size + off[j], &h, 2);
+            }
+}
+
+/* A buffer of n bytes at an address that is 4 mod 64. */
+struct buf {
+    uint8_t *base, *p;
+};
+
+static struct buf buf_new(size_t n) {
+    struct buf b;
+    b.base = xmalloc(n + 68);
+    b.p = b.base + (64 - ((uintptr_t)b.base & 63)) % 64 + 4;
+    return b;
+}
+
+static double g_max_err[FT_ISA_COUNT][FT_TYPE_COUNT];
+
+/* rows x n_tok product of one type at one level and row length. */
+static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes) {
+    const enum ft_type t = g->type;
+    const struct ft_type_info *ref = ft_type_traits_ref(t);
+    const struct ft_type_info *aref = ft_type_traits_ref(ref->vec_dot_type);
+    const struct ft_type_info *afast = ft_type_traits_isa(ref->vec_dot_type, isa);
+    const size_t w_row = ft_row_size(t, k), a_row = ft_row_size(ref->vec_dot_type, k);
+    CHECK_EQ_INT(g->act_type, ref->vec_dot_type);
+
+    /* weights: exact-size allocation, so reading past the last row faults under ASan */
+    uint8_t *w = xmalloc((size_t)rows * w_row);
+    float *f = xmalloc((size_t)k * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        if (random_bytes) {
+            random_weight_bytes(t, w + (size_t)r * w_row, k);
+        } else {
+            for (int64_t i = 0; i < k; i++)
+                f[i] = rng_gauss() * (r % 3 == 0 ? 0.02f : 1.0f);
+            ref->from_float(f, w + (size_t)r * w_row, k);
+        }
+    }
+    uint8_t *a = xmalloc((size_t)n_tok * a_row);
+    for (int i = 0; i < n_tok; i++) {
+        /* tokens 2 and 3 mod 4: every quant +127 / -127, the largest integer
+         * sums (where 16-bit pair sums would saturate) */
+        for (int64_t j = 0; j < k; j++)
+            f[j] = i % 4 == 2 ? 0.5f : i % 4 == 3 ? -0.5f : rng_gauss() * (i % 4 == 1 ? 30.0f : 1.0f);
+        afast->from_float(f, a + (size_t)i * a_row, k);
+    }
+
+    /* the product, tile by tile, into a wider matrix pre-filled with a marker */
+    const int64_t ld = rows + 3;
+    const int tok_rows = n_tok + 2;
+    float *out = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
+    const float marker = -12345.5f;
+    for (int64_t i = 0; i < tok_rows * ld; i++)
+        out[i] = marker;
+    struct buf wt = buf_new(g->w_tile_size(k)), at = buf_new(g->a_tile_size(k));
+    for (int t0 = 0; t0 < n_tok; t0 += g->tile_tokens) {
+        const int nt = n_tok - t0 < g->tile_tokens ? n_tok - t0 : g->tile_tokens;
+        g->pack_a(a + (size_t)t0 * a_row, a_row, nt, k, at.p);
+        for (int r0 = 0; r0 < rows; r0 += g->tile_rows) {
+            const int nr = rows - r0 < g->tile_rows ? rows - r0 : g->tile_rows;
+            g->pack_w(w + (size_t)r0 * w_row, w_row, nr, k, wt.p);
+            g->kernel(wt.p, at.p, k, nr, nt, out + t0 * ld + r0, ld);
+        }
+    }
+
+    float *xd = xmalloc((size_t)k * sizeof(float)), *yd = xmalloc((size_t)k * sizeof(float));
+    int bad = 0;
+    for (int i = 0; i < n_tok; i++) {
+        aref->to_float(a + (size_t)i * a_row, yd, k);
+        for (int r = 0; r < rows; r++) {
+            ref->to_float(w + (size_t)r * w_row, xd, k);
+            double norm = 0.0;
+            for (int64_t j = 0; j < k; j++)
+                norm += fabs((double)xd[j] * (double)yd[j]);
+            float s_ref = NAN;
+            ref->vec_dot(k, &s_ref, w + (size_t)r * w_row, a + (size_t)i * a_row);
+            const float s = out[i * ld + r];
+            const double err = fabs((double)s - (double)s_ref);
+            const double rel = norm > 0 ? err / norm : err;
+            if (rel > g_max_err[isa][t])
+                g_max_err[isa][t] = rel;
+            if (!(err <= 1e-5 * norm + 1e-30) || !isfinite(s)) {
+                if (bad++ < 3)
+                    CHECKF(0, "%s gemm %s k=%lld rows=%d tokens=%d%s: out[%d][%d] = %.9g, ref %.9g (diff %.3g, tol %.3g)",
+                           ft_isa_name(isa), ref->name, (long long)k, rows, n_tok,
+                           random_bytes ? " (random bytes)" : "", i, r, (double)s, (double)s_ref, err,
+                           1e-5 * norm + 1e-30);
+            }
+        }
+        for (int64_t r = rows; r < ld; r++)
+            if (out[i * ld + r] != marker && bad++ < 3)
+                CHECKF(0, "%s gemm %s: wrote out[%d][%lld], past the %d rows", ft_isa_name(isa), ref->name, i,
+                       (long long)r, rows);
+    }
+    for (int i = n_tok; i < tok_rows; i++)
+        for (int64_t r = 0; r < ld; r++)
+            if (out[i * ld + r] != marker && bad++ < 3)
+                CHECKF(0, "%s gemm %s: wrote out[%d][%lld], past the %d tokens", ft_isa_name(isa), ref->name, i,
+                       (long long)r, n_tok);
+    CHECK(bad == 0);
+
+    free(xd);
+    free(yd);
+    free(wt.base);
+    free(at.base);
+    free(out);
+    free(a);
+    free(f);
+    free(w);
+}
+
+static void check_level(enum ft_isa isa) {
+    int n_gemm = 0;
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++) {
+        const enum ft_type t = k_types[ti];
+        const struct ft_qgemm *g = ft_qgemm_get_isa(t, isa);
+        if (isa == FT_ISA_SCALAR)
+            CHECKF(g == NULL, "the scalar level is the reference: no GEMM for %s", ft_type_name(t));
+        if (!g)
+            continue;
+        n_gemm++;
+        CHECK_EQ_INT(g->type, t);
+        CHECK(g->tile_rows > 0 && g->tile_tokens > 0 && g->min_tokens >= 1);
+        const int64_t blck = ft_type_info(t)->blck_size;
+        const int64_t ks[] = {blck, 3 * blck, 2048, 2304};
+        for (size_t ki = 0; ki < FT_ARRAY_LEN(ks); ki++) {
+            const int64_t k = ks[ki];
+            if (k % blck)
+                continue;
+            const int rows = 2 * g->tile_rows + 5;
+            g_rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(k * 1000003 + (int64_t)t * 17 + isa);
+            check_gemm(isa, g, k, rows, g->tile_tokens + 5, 0);
+            check_gemm(isa, g, k, rows, 1, 1);
+            check_gemm(isa, g, k, g->tile_rows, 2 * g->tile_tokens, 1);
+        }
+    }
+    printf("level %-13s %d GEMM types; max |diff| / sum|x*y|:", ft_isa_name(isa), n_gemm);
+    for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++)
+        if (ft_qgemm_get_isa(k_types[ti], isa))
+            printf(" %s %.1e", ft_type_name(k_types[ti]), g_max_err[isa][k_types[ti]]);
+    printf("\n");
+}
+
+int main(void) {
+    const char *env = getenv("FT_ISA");
+    int only = FT_ISA_COUNT;
+    if (ft_cpu_init() != FT_OK) {
+        printf("FT_ISA=%s refused: %s\n", env ? env : "", ft_cpu_error());
+        return ft_test_finish("test_qgemm");
+    }
+    if (env && *env)
+        only = (int)ft_cpu_isa();
+    CHECK(ft_qgemm_get((enum ft_type)FT_TYPE_COUNT) == NULL);
+    CHECK(ft_qgemm_get(FT_TYPE_F32) == NULL);
+    CHECK(ft_qgemm_get(FT_TYPE_Q8_K) == NULL); /* activation-only */
+    CHECK(ft_qgemm_get(FT_TYPE_Q4_K) == ft_qgemm_get_isa(FT_TYPE_Q4_K, ft_cpu_isa()));
+    for (int i = 0; i < FT_ISA_COUNT; i++) {
+        if ((only != FT_ISA_COUNT && i != only) || !ft_isa_supported((enum ft_isa)i))
+            continue;
+        check_level((enum ft_isa)i);
+    }
+    return ft_test_finish("test_qgemm");
+}
