@@ -222,7 +222,7 @@ int ft_cmd_info(int argc, char **argv) {
         printf("  can run:          no (no tensors: a vocabulary-only file; ft tokenize can use it)\n");
     } else {
         struct ft_model *m = NULL;
-        struct ft_model_params mp = {.n_threads = 1};
+        struct ft_model_params mp = {.n_threads = 1, .mmap = true}; /* nothing runs: no copy */
         ft_clear_error();
         rc = ft_model_load(path, &mp, &m);
         if (rc == 0) {

@@ -30,6 +30,7 @@ int ft_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *tokens_arg = NULL;
     int top = 32, threads = 0, numa_node = -1;
     const char *numa = NULL;
+    bool use_mmap = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: the default model)"},
         {NULL, "--tokens", FT_OPT_STR, &tokens_arg, "IDS", "token ids separated by spaces or commas"},
@@ -37,6 +38,7 @@ int ft_cmd_logits(int argc, char **argv) {
         {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
+        {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
     };
     const struct ft_cmd_spec spec = {
         "logits", "ft logits -m MODEL.gguf --tokens \"1 2655 7767\" [--top K]",
@@ -59,6 +61,7 @@ int ft_cmd_logits(int argc, char **argv) {
     struct ft_model_params mp;
     if (ft_cli_model_params("logits", threads, numa, numa_node, &mp))
         return 2;
+    mp.mmap = use_mmap;
     if (!model && !(model = ft_cli_default_model("logits")))
         return 2;
 

@@ -14,7 +14,7 @@ int ft_cmd_serve(int argc, char **argv) {
                *numa = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120,
         numa_node = -1;
-    bool metrics = false, no_prefix_cache = false;
+    bool metrics = false, no_prefix_cache = false, use_mmap = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
         {NULL, "--alias", FT_OPT_STR, &alias, "NAME", "model id in responses and /v1/models (default: the file name)"},
@@ -23,6 +23,7 @@ int ft_cmd_serve(int argc, char **argv) {
         {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
+        {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N", "context per request (default: the model's, capped by memory)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {NULL, "--cache-slots", FT_OPT_INT, &slots, "N", "prefix-cache slots, each a KV sequence of -c tokens (default 4)"},
@@ -89,6 +90,7 @@ int ft_cmd_serve(int argc, char **argv) {
     struct ft_model_params mp;
     if (ft_cli_model_params("serve", threads, numa, numa_node, &mp))
         return 2;
+    mp.mmap = use_mmap;
     if (!model && !(model = ft_cli_default_model("serve")))
         return 2;
     const struct ft_server_config cfg = {

@@ -18,6 +18,9 @@ int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa
     "off (default), distribute (threads on all nodes, weights interleaved), isolate (one node), " \
     "replicate (a weight copy per node)"
 #define FT_CLI_HELP_NUMA_NODE "the node for --numa isolate (default: the node ft starts on)"
+#define FT_CLI_HELP_MMAP \
+    "read weights in place from the file mapping (no copy: faster start, shared page cache; " \
+    "decode is slower without the copy's huge pages)"
 
 /* Parse "1 2655 7767" (spaces or commas) into a malloc'd id array, each id
  * checked against n_vocab. Returns count or -1 (message printed). */

@@ -279,10 +279,11 @@ void ft_blk_output(struct ft_fwd *f);
 /* Copy every bound weight into memory placed as the pool's plan says
  * (distribute: interleaved over the nodes; isolate: bound to the node;
  * replicate: one copy bound to each node with workers) and repoint the
- * ft_weights there; nothing for --numa off. Call after binding, and after
+ * ft_weights there; for --numa off one unbound copy when copy_when_off,
+ * else nothing (weights stay in the mapping). Call after binding, and after
  * any step that replaces weight data, before the first forward. The copies
  * belong to m->numa_weights. */
-int ft_numa_weights_place(struct ft_model *m);
+int ft_numa_weights_place(struct ft_model *m, bool copy_when_off);
 void ft_numa_weights_free(struct ft_numa_weights *nw); /* accepts NULL */
 
 /* ---- tensor binding (engine/model.c), used by the arch files ---- */

@@ -8,8 +8,14 @@
  * long ago), not by the mapping's policy; mbind() on a file mapping does not
  * move them. Anonymous memory from hwloc_alloc_membind() follows the policy
  * on every page. The cost is a copy at load time and the memory of one copy
- * per buffer (two for replicate on two nodes); --numa off keeps the
- * zero-copy mapping.
+ * per buffer (two for replicate on two nodes).
+ *
+ * --numa off makes one copy too, bound nowhere (first touch), unless the
+ * model params ask for mmap: the copies are advised to transparent huge
+ * pages, which the page cache behind a file mapping does not give, and a
+ * decode step streams every weight once, so 4 KiB pages cost a TLB miss
+ * every 4 KiB (measured: 75% of the read bandwidth from the mapping, 93%
+ * from the copy, README Performance).
  *
  * Layout: the bound weights' byte ranges, sorted and merged (tensors are
  * contiguous in a GGUF, and a tied output head shares token_embd's bytes),
@@ -24,6 +30,7 @@
 #include "placement.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -200,8 +207,10 @@ static hwloc_membind_policy_t hwloc_policy(enum ft_mem_policy p) {
  * not fit on its node spills over (slower) instead of failing. Huge pages
  * where the kernel allows them: weights are streamed, TLB misses add up. */
 static char *alloc_buffer(hwloc_topology_t topo, const struct ft_buffer_place *b, size_t size) {
-    void *p = hwloc_alloc_membind(topo, size, b->nodeset, hwloc_policy(b->policy), HWLOC_MEMBIND_BYNODESET);
-    if (!p) {
+    void *p;
+    if (b->policy == FT_MEM_FIRST_TOUCH) {
+        p = hwloc_alloc(topo, size);
+    } else if (!(p = hwloc_alloc_membind(topo, size, b->nodeset, hwloc_policy(b->policy), HWLOC_MEMBIND_BYNODESET))) {
         char nodes[64];
         hwloc_bitmap_list_snprintf(nodes, sizeof(nodes), b->nodeset);
         FT_LOG_W("cannot bind %zu bytes of weights to NUMA node(s) %s; they are placed by the kernel", size,
@@ -213,6 +222,18 @@ static char *alloc_buffer(hwloc_topology_t topo, const struct ft_buffer_place *b
         madvise(p, size, MADV_HUGEPAGE);
 #endif
     return p;
+}
+
+/* Whether madvise(MADV_HUGEPAGE) can give huge pages: THP "always" or
+ * "madvise" (the kernel marks the choice in brackets). */
+static bool huge_pages_possible(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = "";
+    if (!f)
+        return false;
+    const bool ok = fgets(line, sizeof(line), f) && !strstr(line, "[never]");
+    fclose(f);
+    return ok;
 }
 
 /* The part of the file mapping holding tensor data. */
@@ -255,17 +276,27 @@ static int reader_tables(const struct ft_placement *pl, int **buf_of, int **rank
         return FT_ENOMEM;
     for (int i = 0; i < pl->n_threads; i++) {
         const int node = pl->workers[i].node;
-        const int b = node >= 0 ? pl->buffer_of_node[node] : -1;
+        const int b = node >= 0 && pl->buffer_of_node ? pl->buffer_of_node[node] : -1;
         (*buf_of)[i] = b;
         (*rank)[i] = b >= 0 ? (*n_readers)[b]++ : 0;
     }
     return FT_OK;
 }
 
-int ft_numa_weights_place(struct ft_model *m) {
-    const struct ft_placement *pl = ft_threadpool_placement(m->pool);
-    if (!pl || pl->n_buffers == 0)
+int ft_numa_weights_place(struct ft_model *m, bool copy_when_off) {
+    const struct ft_placement *plan = ft_threadpool_placement(m->pool);
+    if (!plan || (plan->n_buffers == 0 && !copy_when_off))
         return FT_OK;
+    /* --numa off: the plan has no buffer; one bound nowhere, that nobody
+     * reads in particular (so every thread copies a share) */
+    struct ft_buffer_place unbound = {FT_MEM_FIRST_TOUCH, NULL, -1};
+    struct ft_placement with_copy = *plan;
+    if (plan->n_buffers == 0) {
+        with_copy.n_buffers = 1;
+        with_copy.buffers = &unbound;
+        with_copy.buffer_of_node = NULL;
+    }
+    const struct ft_placement *pl = &with_copy;
     hwloc_topology_t topo;
     int rc = ft_topology_get(&topo);
     if (rc)
@@ -304,7 +335,7 @@ int ft_numa_weights_place(struct ft_model *m) {
     /* Repoint: single-threaded readers (the embedding lookup) get worker
      * 0's copy; tasks ask ft_weight_data() for their node's. */
     for (int nd = 0; nd < pl->n_nodes; nd++)
-        nw->node_base[nd] = pl->buffer_of_node[nd] >= 0 ? nw->buffers[pl->buffer_of_node[nd]] : NULL;
+        nw->node_base[nd] = pl->buffer_of_node && pl->buffer_of_node[nd] >= 0 ? nw->buffers[pl->buffer_of_node[nd]] : NULL;
     nw->rep.n_nodes = pl->n_nodes;
     nw->rep.base = nw->node_base;
     const int b0 = buf_of[0] >= 0 ? buf_of[0] : 0;
@@ -322,6 +353,9 @@ int ft_numa_weights_place(struct ft_model *m) {
     release_mapping(m, rs, n_rs);
     FT_LOG_I("weights: %d cop%s of %.1f MiB placed for --numa %s", pl->n_buffers, pl->n_buffers == 1 ? "y" : "ies",
              (double)total / (1 << 20), ft_numa_mode_name(pl->mode));
+    if (pl->n_buffers == 1 && !huge_pages_possible())
+        FT_LOG_I("transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled): "
+                 "decode reads weights through 4 KiB pages");
     m->numa_weights = nw;
     rc = FT_OK;
     nw = NULL;

@@ -362,5 +362,5 @@ void ft_placement_describe(const struct ft_placement *pl, FILE *f) {
         fputc('\n', f);
     }
     if (pl->n_buffers == 0)
-        fprintf(f, "  weights: read in place from the file mapping\n");
+        fprintf(f, "  weights: one copy, not bound (read in place from the file mapping with --mmap)\n");
 }

@@ -41,8 +41,9 @@ struct ft_worker_place {
 };
 
 enum ft_mem_policy {
-    FT_MEM_BIND,       /* all pages on the one node of the nodeset */
-    FT_MEM_INTERLEAVE, /* pages round-robin over the nodeset */
+    FT_MEM_BIND,        /* all pages on the one node of the nodeset */
+    FT_MEM_INTERLEAVE,  /* pages round-robin over the nodeset */
+    FT_MEM_FIRST_TOUCH, /* not bound: where the thread that writes a page runs (nodeset NULL) */
 };
 
 /* A weight buffer: a copy of every weight, placed as the mode says. */

@@ -58,12 +58,21 @@ struct ft_hparams {
     bool tied_output;         /* output.weight absent: token_embd is the output head */
 };
 
-/* Threads and NUMA placement (include/ft/topology.h describes the modes).
- * Zero-initialized params mean: one thread per physical core, NUMA off. */
+/* Threads, NUMA placement (include/ft/topology.h describes the modes) and
+ * where weights are read from. Zero-initialized params mean: one thread per
+ * physical core, NUMA off, weights copied into anonymous memory.
+ *
+ * Why copy by default: the copy is advised to transparent huge pages, and
+ * streaming the weights (decode) through 2 MiB pages instead of the file
+ * mapping's 4 KiB ones saves the TLB misses that otherwise cap a decode
+ * step at about 75% of the memory bandwidth (README, Performance). mmap
+ * reads them in place instead: faster start, and the page cache is shared
+ * with other processes mapping the same file. */
 struct ft_model_params {
     int n_threads;          /* <= 0: one per physical core (of the node, for isolate) */
-    enum ft_numa_mode numa; /* FT_NUMA_OFF: weights read in place from the file mapping */
+    enum ft_numa_mode numa; /* FT_NUMA_OFF: no binding (one copy, or the mapping with mmap) */
     int numa_node;          /* isolate: logical node index; -1: the node of the loading thread */
+    bool mmap;              /* NUMA off only: read weights in place from the file mapping */
 };
 
 int ft_model_load(const char *path, const struct ft_model_params *params, struct ft_model **out);

@@ -1,7 +1,7 @@
 /* Weight placement under each --numa mode on this machine (real topology):
  * the model computes bit-identical logits in every mode (only where the
- * bytes live changes), the weights are copies (not the file mapping) for
- * distribute/isolate/replicate and the mapping itself for off, the copies
+ * bytes live changes), the weights are copies (not the file mapping) in
+ * every mode, and the mapping itself for off with mmap, the copies
  * hold the file's bytes, a tied output head still shares token_embd's
  * bytes, the copies sit on the NUMA node(s) the plan names (hwloc reads the
  * pages' location back), and under replicate ft_weight_data() gives each
@@ -41,9 +41,9 @@ static float *eval(struct ft_model *m) {
     return logits;
 }
 
-static struct ft_model *load(const char *path, enum ft_numa_mode mode, int threads) {
+static struct ft_model *load(const char *path, enum ft_numa_mode mode, bool mmap, int threads) {
     struct ft_model *m = NULL;
-    const struct ft_model_params mp = {.n_threads = threads, .numa = mode, .numa_node = -1};
+    const struct ft_model_params mp = {.n_threads = threads, .numa = mode, .numa_node = -1, .mmap = mmap};
     const int rc = ft_model_load(path, &mp, &m);
     CHECKF(rc == FT_OK, "load %s --numa %s: %s", path, ft_numa_mode_name(mode), ft_last_error());
     return m;
@@ -71,8 +71,8 @@ static void expect_location(const char *what, const void *p, size_t n, hwloc_con
     hwloc_bitmap_free(got);
 }
 
-static void check_mode(const char *path, enum ft_numa_mode mode, const float *ref) {
-    struct ft_model *m = load(path, mode, 2);
+static void check_mode(const char *path, enum ft_numa_mode mode, bool mmap, const float *ref) {
+    struct ft_model *m = load(path, mode, mmap, 2);
     if (!m)
         return;
     const char *name = ft_numa_mode_name(mode);
@@ -89,7 +89,7 @@ static void check_mode(const char *path, enum ft_numa_mode mode, const float *re
     CHECK(wq && down);
     if (!wq || !down)
         goto done;
-    const bool copied = mode != FT_NUMA_OFF;
+    const bool copied = mode != FT_NUMA_OFF || !mmap; /* mmap applies to off only */
     CHECKF((m->numa_weights != NULL) == copied, "--numa %s: numa_weights %p", name, (void *)m->numa_weights);
     CHECKF(in_mapping(g, lwq->data) == !copied && in_mapping(g, ldown->data) == !copied,
            "--numa %s: weights %s the file mapping", name, copied ? "still in" : "not in");
@@ -126,14 +126,15 @@ int main(void) {
     for (size_t i = 0; i < FT_ARRAY_LEN(models); i++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/models/%s", shared, models[i]);
-        struct ft_model *m = load(path, FT_NUMA_OFF, 2);
+        struct ft_model *m = load(path, FT_NUMA_OFF, true, 2);
         if (!m)
             continue;
         float *ref = eval(m);
         CHECK(ref != NULL);
         ft_model_free(m);
         for (int mode = FT_NUMA_OFF; ref && mode <= FT_NUMA_REPLICATE; mode++)
-            check_mode(path, (enum ft_numa_mode)mode, ref);
+            for (int mmap = 0; mmap <= 1; mmap++)
+                check_mode(path, (enum ft_numa_mode)mode, mmap, ref);
         free(ref);
         printf("%s: every NUMA mode checked\n", models[i]);
     }
