@@ -227,6 +227,9 @@ def main():
            "llama_cpp_commit": commit, "node_llama_cpp": nlc_version, "repetitions": a.repetitions,
            "engines": {e.label: e.name for e in engines}}
 
+    bw = read_bandwidth(ft_bin, max(threads))
+    env["read_bandwidth_gb_per_s"] = bw
+
     # Rows are printed as soon as a model x threads group is done, so a long
     # run that is interrupted still leaves its finished rows.
     ft = engines[0]
@@ -272,6 +275,16 @@ def main():
                 pathlib.Path(a.json_out).write_text(
                     json.dumps({"environment": env, "results": results}, indent=2) + "\n")
 
+    # The probe again: another job may have held the memory bus the first
+    # time; the better of the two is the yardstick.
+    for t, v in read_bandwidth(ft_bin, max(threads)).items():
+        bw[t] = max(bw.get(t, 0.0), v)
+    for r in results:
+        if "weight_read_gb_per_s" in r and bw.get(r["threads"]):
+            r["share_of_read_bandwidth"] = {k: v / bw[r["threads"]] for k, v in r["weight_read_gb_per_s"].items()}
+    if a.json_out:
+        pathlib.Path(a.json_out).write_text(json.dumps({"environment": env, "results": results}, indent=2) + "\n")
+
     print()
     print(f"Medians of {a.repetitions} runs per engine, interleaved run by run; "
           f"{cpu or platform.machine()}, {os.cpu_count()} CPUs, {datetime.date.today()}.")
@@ -280,11 +293,34 @@ def main():
         print(f"- {e.name}, CPU backend {e.isa}")
     print(f"- llama.cpp source {commit[:12]} (node-llama-cpp's bundle); each run loads the model, warms up "
           f"as llama-bench does and times one repetition")
+    if bw:
+        print("- machine read bandwidth (ft-bench-bandwidth, best of before/after the runs): "
+              + ", ".join(f"{t} thread{'s' if t > 1 else ''} {v:.1f} GB/s" for t, v in sorted(bw.items())))
     for r in results:
         if "weight_read_gb_per_s" in r:
-            print(f"- {os.path.basename(r['model'])} {r['test']}: weights read at "
-                  + ", ".join(f"{k} {v:.1f} GB/s" for k, v in r["weight_read_gb_per_s"].items())
-                  + " (model bytes x decode tokens/s)")
+            share = r.get("share_of_read_bandwidth", {})
+            print(f"- {os.path.basename(r['model'])} t{r['threads']} {r['test']}: weights read at "
+                  + ", ".join(f"{k} {v:.1f} GB/s" + (f" ({100 * share[k]:.0f}%)" if k in share else "")
+                              for k, v in r["weight_read_gb_per_s"].items())
+                  + " (model bytes x decode tokens/s; % of the machine's read bandwidth)")
+
+
+def read_bandwidth(ft_bin, max_threads):
+    """GB/s per thread count from ft-bench-bandwidth (built beside ft), the
+    better of its plain and prefetch columns; {} when it is not there."""
+    probe = ft_bin.parent / "ft-bench-bandwidth"
+    if not probe.exists():
+        log(f"{probe} not found: no bandwidth yardstick")
+        return {}
+    log(f"measuring read bandwidth with {probe}")
+    out = subprocess.run([str(probe), "-t", str(max_threads), "--mib", "1024", "--passes", "5"],
+                         capture_output=True, text=True).stdout
+    bw = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 3 and f[0].isdigit():
+            bw[int(f[0])] = max(float(f[1]), float(f[2]))
+    return bw
 
 
 if __name__ == "__main__":
