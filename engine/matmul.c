@@ -215,11 +215,12 @@ static void vec_dot_run(void *ctx, int ith, int nth) {
         const struct ft_weight *w = p->w;
         const struct ft_type_info *ti = ft_type_traits(w->type);
         const void *wd = ft_weight_data(w, node); /* node-local copy (--numa) */
-        /* runs of tokens that use the same dot */
+        /* runs of tokens that use the same dot (one run when the two dots are one) */
+        const bool two_dots = ti->vec_dot_gemv != ti->vec_dot;
         for (int32_t t0 = 0, t1; t0 < t->n_tok; t0 = t1) {
-            const bool gemv = ti->vec_dot_gemv != ti->vec_dot && uses_gemv(ti, t->seq_n[t0], t->seq_i[t0]);
+            const bool gemv = two_dots && uses_gemv(ti, t->seq_n[t0], t->seq_i[t0]);
             for (t1 = t0 + 1; t1 < t->n_tok; t1++)
-                if ((ti->vec_dot_gemv != ti->vec_dot && uses_gemv(ti, t->seq_n[t1], t->seq_i[t1])) != gemv)
+                if (two_dots && uses_gemv(ti, t->seq_n[t1], t->seq_i[t1]) != gemv)
                     break;
             ft_matmul_rows_ref(gemv ? ti->vec_dot_gemv : ti->vec_dot, wd, w->row_size, w->cols, r0, r1,
                                (const char *)t->a + (size_t)t0 * t->a_row, t->a_row, t1 - t0,
