@@ -8,8 +8,9 @@
  * added before vpmaddwd widens them to int32. That is exact only while the
  * unsigned quants stay below 64: two pairs of 63 * 127 are 32004 < 32767.
  * Every type but Q8_0 qualifies (Q6_K's 0..63 is the largest); Q8_0's
- * 0..255 would saturate, and splitting it into nibbles costs as much as its
- * vec_dot, so the AVX2 level has no Q8_0 GEMM (the engine uses vec_dot).
+ * 0..255 would saturate, so its kernel (kernel_q8_0) multiplies signed by
+ * signed instead: vpmaddubsw(|w|, sign(x, w)), one pair at a time (128 *
+ * 127 * 2 = 32512 still fits), widened by vpmaddwd after every product.
  *
  * With 16 ymm registers there is no room for per-block partial sums, so for
  * the Q8_K types the activation scale D is folded into each sub-block's
@@ -98,6 +99,51 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }
 
+/* Q8_0: 8 rows x 4 tokens like kernel_half, but the packed quants (q + 128,
+ * unsigned) are turned back into signed bytes, and each token's activation
+ * bytes take the weights' signs so vpmaddubsw sees |w| (unsigned) times
+ * sign(w) * x (signed): exact, no offset term. */
+static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict a, int64_t k, int n_rows, int n_tok,
+                             int t0, float *restrict out, int64_t ld) {
+    enum { G = 32, NGRP = G / 4 };
+    const size_t sb_bytes = ft_qg_sb_bytes(TR, G, 0);
+    const size_t ab_bytes = ft_qg_ab_bytes(G, G);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    __m256 facc[TH];
+    for (int t = 0; t < TH; t++)
+        facc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / G; b++, a += ab_bytes, w += sb_bytes) {
+        const uint8_t *D = a + G * TT + 4 * t0;
+        const uint8_t *aq = a + 4 * t0;
+        __m256i acc[TH];
+        for (int t = 0; t < TH; t++)
+            acc[t] = _mm256_setzero_si256();
+        for (int gi = 0; gi < NGRP; gi++) {
+            const __m256i Ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + gi * 32)), bias);
+            const __m256i Wa = _mm256_abs_epi8(Ws);
+            for (int t = 0; t < TH; t++) {
+                const __m256i x = _mm256_sign_epi8(bcast32(aq + (gi * TT + t) * 4), Ws);
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(Wa, x), ones));
+            }
+        }
+        const __m256 S = _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
+        for (int t = 0; t < TH; t++)
+            facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), S), _mm256_set1_ps(ldf(D + 4 * t)),
+                                      facc[t]);
+    }
+    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int t = 0; t < TH; t++)
+        if (t0 + t < n_tok)
+            _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
+}
+
+static void kernel_q8_0(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    kernel_q8_0_half(w, a, k, n_rows, n_tok, 0, out, ld);
+    if (n_tok > TH)
+        kernel_q8_0_half(w, a, k, n_rows, n_tok, TH, out, ld);
+}
+
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
         kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT);                                \
@@ -116,6 +162,7 @@ FT_QG_PACK_W_PORTABLE(pack_w_, TR)
     static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) { \
         ft_qg_pack_a(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF);                   \
     }
+PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 0) /* kernel_q8_0 reads no X */
 PACK_A(pack_a_q4_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 8)
 PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 16)
 PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, FT_QG_X_S, 0)
@@ -138,6 +185,7 @@ SIZES(size_k16_offset, 16, 256, 0)
         .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
         .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
         .kernel = KER};
+ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
 ENTRY(Q4_0, Q8_0, size_q4_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
@@ -149,6 +197,7 @@ ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
+    t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;
     t[FT_TYPE_Q4_1] = &g_Q4_1;
