@@ -29,11 +29,12 @@ READY_TIMEOUT_S = 300
 class Server:
     """A `ft serve` this process started on a free loopback port."""
 
-    def __init__(self, ft, args, env=None):
+    def __init__(self, ft, args, env=None, cwd=None):
         self._err = tempfile.NamedTemporaryFile(prefix="ft-serve-", suffix=".err", delete=False)
         self.err_path = self._err.name
         cmd = [ft, "serve", "--host", "127.0.0.1", "--port", "0", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err, env=env,
+                                     cwd=cwd)
         self.host = "127.0.0.1"
         self.port = self._wait_ready()
 
