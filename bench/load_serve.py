@@ -58,8 +58,10 @@ QUESTIONS = [
 PROMPT_SENTENCES = {"short": 0, "medium": 8, "long": 40}
 
 
-def make_requests(n, seed, max_tokens, prompt_sentences=None):
-    """n request specs, the same for the same seed: (endpoint path, body, stream)."""
+def make_requests(n, seed, max_tokens, prompt_sentences=None, tag=""):
+    """n request specs, the same for the same seed: endpoint path, body,
+    stream or not. `tag` goes into each prompt's first line only, so levels
+    get the same mix without reusing each other's prompts from the cache."""
     sizes = prompt_sentences or PROMPT_SENTENCES
     rng = random.Random(seed)
     out = []
@@ -67,7 +69,7 @@ def make_requests(n, seed, max_tokens, prompt_sentences=None):
         size = rng.choice(sorted(sizes))
         context = " ".join(rng.choice(SENTENCES) for _ in range(sizes[size]))
         # A distinct first line, so the prefix cache cannot skip a whole prompt.
-        text = f"Note {rng.randrange(1 << 30)}. {context} {rng.choice(QUESTIONS)}".replace("  ", " ")
+        text = f"Note {tag}{rng.randrange(1 << 30)}. {context} {rng.choice(QUESTIONS)}".replace("  ", " ")
         body = {"max_tokens": max_tokens, "performance_metrics": True, "seed": rng.randrange(1 << 31),
                 "temperature": rng.choice([0.0, 0.8])}
         if rng.random() < 0.5:
@@ -150,7 +152,6 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
     errors += [f"request {r['index']} ({'stream' if r['stream'] else 'plain'}): {v}"
                for r in results for v in r["violations"]]
     failed = sum(1 for r in results if r["error"] or r["violations"])
-    ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
     server_ttft = [r["metrics"]["ttft_ms"] for r in ok if isinstance(r["metrics"], dict)]
     client_ttft = [r["client_ttft_s"] * 1000.0 for r in ok if r["client_ttft_s"] is not None]
     client_gaps = [g * 1000.0 for r in ok for g in r["client_gaps_s"]]
@@ -178,18 +179,18 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
         "itl_server_ms": {"p50": serve_client.percentile([g["p50"] for g in with_gaps], 0.5),
                           "p99": serve_client.percentile([g["p99"] for g in with_gaps], 0.99)},
         "rss_mib": {"before": rss_before, "after": rss_after},
-        "max_client_total_ms": ms(max((r["client_total_s"] for r in ok if r["client_total_s"]), default=None)),
+        "max_client_total_ms": max((r["client_total_s"] * 1000.0 for r in ok if r["client_total_s"]), default=None),
     }
 
 
 def run_load(host, port, levels, requests_per_level, max_tokens, time_limit_s, seed=1, pid=None,
              prompt_sentences=None, log=None):
-    """Every level in turn, each with the same seeded requests and an equal
-    share of what is left of time_limit_s. Returns the level summaries."""
-    requests = make_requests(requests_per_level, seed, max_tokens, prompt_sentences)
+    """Every level in turn, each with the same seeded mix of requests and an
+    equal share of what is left of time_limit_s. Returns the level summaries."""
     end = time.perf_counter() + time_limit_s
     out = []
     for i, c in enumerate(levels):
+        requests = make_requests(requests_per_level, seed, max_tokens, prompt_sentences, tag=f"{i}-")
         budget = max(0.0, (end - time.perf_counter()) / (len(levels) - i))
         s = run_level(host, port, c, requests, budget, pid)
         out.append(s)
@@ -205,16 +206,19 @@ def fmt(v, digits=1):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def fmt_pair(d):
+    return f"{fmt(d['p50'])} / {fmt(d['p99'])}"
+
+
 def markdown_table(levels):
     head = ("| C | done | errors | req/s | gen tok/s | TTFT client p50/p99 ms | TTFT server p50/p99 ms "
             "| ITL client p50/p99 ms | ITL server p50/p99 ms | RSS before/after MiB |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in levels:
-        pair = lambda d: f"{fmt(d['p50'])} / {fmt(d['p99'])}"  # noqa: E731
         rows.append(f"| {s['concurrency']} | {s['completed']}/{s['planned']} | {s['errors']} "
                     f"| {fmt(s['requests_per_s'], 2)} | {fmt(s['generated_tokens_per_s'])} "
-                    f"| {pair(s['ttft_client_ms'])} | {pair(s['ttft_server_ms'])} "
-                    f"| {pair(s['itl_client_ms'])} | {pair(s['itl_server_ms'])} "
+                    f"| {fmt_pair(s['ttft_client_ms'])} | {fmt_pair(s['ttft_server_ms'])} "
+                    f"| {fmt_pair(s['itl_client_ms'])} | {fmt_pair(s['itl_server_ms'])} "
                     f"| {fmt(s['rss_mib']['before'])} / {fmt(s['rss_mib']['after'])} |")
     return "\n".join(rows)
 

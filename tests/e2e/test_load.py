@@ -71,6 +71,10 @@ def test_request_mix_is_seeded_and_mixed():
     assert {r["stream"] for r in a} == {True, False}
     assert {r["path"] for r in a} == {"/v1/completions", "/v1/chat/completions"}
     assert all(r["body"]["performance_metrics"] is True and r["body"]["max_tokens"] == 8 for r in a)
+    # Another level: the same mix, other prompts.
+    b = load_serve.make_requests(24, 7, 8, tag="1-")
+    assert [(r["path"], r["stream"], r["size"]) for r in a] == [(r["path"], r["stream"], r["size"]) for r in b]
+    assert all(ra["body"] != rb["body"] for ra, rb in zip(a, b))
 
 
 def test_load_on_asan_build():
