@@ -57,8 +57,8 @@ static char *read_small_file(const char *path, size_t *len, char *errbuf, size_t
     FILE *f = fopen(path, "rb");
     if (!f && errno == ENOENT) {
         snprintf(errbuf, errcap,
-                 "chat template %s: no such file, and no built-in template has that name (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
-                 ")",
+                 "chat template %s: no such file, and no built-in template has that name "
+                 "(" FT_CHAT_TEMPLATE_BUILTIN_NAMES ")",
                  path);
         return NULL;
     }

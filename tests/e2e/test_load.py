@@ -38,7 +38,8 @@ def test_invariant_checker_accepts_good_metrics():
 
 @pytest.mark.parametrize("change, usage_change, client, words", [
     ({"prefill_tokens": 7, "prefill_tokens_per_second": 437.5}, {}, (None, None), "prompt_tokens 12"),
-    ({"cached_prompt_tokens": 3, "prefill_tokens": 9, "prefill_tokens_per_second": 562.5}, {}, (None, None), "cached_tokens 4"),
+    ({"cached_prompt_tokens": 3, "prefill_tokens": 9, "prefill_tokens_per_second": 562.5}, {}, (None, None),
+     "cached_tokens 4"),
     ({"decode_tokens": 5, "decode_tokens_per_second": 625.0}, {}, (None, None), "decode_tokens 5"),
     ({"decode_tokens_per_second": 400.0}, {}, (None, None), "decode_tokens_per_second"),
     ({"prefill_tokens_per_second": None}, {}, (None, None), "prefill_tokens_per_second"),
