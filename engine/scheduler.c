@@ -98,8 +98,13 @@ static void run_request(struct ft_scheduler *s, struct ft_request *r) {
         }
         atomic_store(&s->kv_used_blocks, ft_kv_cache_blocks_total(s->kv) - ft_kv_cache_blocks_free(s->kv));
     }
-    /* Not running any more by the time the owner hears DONE. */
+    /* Not running any more by the time the owner hears DONE, and no longer
+     * `current`: the owner frees r on DONE, so ft_scheduler_free must not
+     * reach it through s->current after that. */
+    pthread_mutex_lock(&s->lock);
+    s->current = NULL;
     atomic_store(&s->running, 0);
+    pthread_mutex_unlock(&s->lock);
     finish_request(s, r, &g);
     ft_gen_free(&g);
 }
@@ -125,11 +130,6 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
 
         run_request(s, r);
-
-        pthread_mutex_lock(&s->lock);
-        s->current = NULL;
-        atomic_store(&s->running, 0);
-        pthread_mutex_unlock(&s->lock);
     }
     return NULL;
 }

@@ -4,6 +4,7 @@
 #include "ft/common.h"
 #include "ft/tokenizer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,15 @@ static int32_t choose_ctx(const struct ft_model *m, int32_t requested, int32_t s
 
 static char *read_small_file(const char *path, size_t *len, char *errbuf, size_t errcap) {
     FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT) {
+        snprintf(errbuf, errcap,
+                 "chat template %s: no such file, and no built-in template has that name "
+                 "(" FT_CHAT_TEMPLATE_BUILTIN_NAMES ")",
+                 path);
+        return NULL;
+    }
     if (!f) {
-        snprintf(errbuf, errcap, "chat template %s: cannot open it", path);
+        snprintf(errbuf, errcap, "chat template %s: cannot open it (%s)", path, strerror(errno));
         return NULL;
     }
     char *buf = malloc(MAX_TEMPLATE_FILE + 1);
@@ -87,19 +95,26 @@ static int trial_render(const struct ft_backend *b) {
 static int load_template(struct ft_backend *b, const struct ft_server_config *cfg, char *errbuf, size_t errcap) {
     int rc;
     char what[600];
-    if (cfg->chat_template_file) {
+    /* --chat-template names a file, or a built-in template when no file
+     * has that name. */
+    if (cfg->chat_template && access(cfg->chat_template, F_OK) != 0 &&
+        ft_chat_template_builtin_exists(cfg->chat_template)) {
+        FT_LOG_I("chat template: the built-in '%s' (--chat-template)", cfg->chat_template);
+        rc = ft_chat_template_builtin(cfg->chat_template, &b->tmpl);
+        snprintf(what, sizeof(what), "built-in chat template '%s'", cfg->chat_template);
+    } else if (cfg->chat_template) {
         size_t len = 0;
-        char *src = read_small_file(cfg->chat_template_file, &len, errbuf, errcap);
+        char *src = read_small_file(cfg->chat_template, &len, errbuf, errcap);
         if (!src)
             return FT_EIO;
         rc = ft_chat_template_parse(src, len, &b->tmpl);
         free(src);
-        snprintf(what, sizeof(what), "chat template %s", cfg->chat_template_file);
+        snprintf(what, sizeof(what), "chat template %s", cfg->chat_template);
     } else {
         struct ft_str src;
         if (ft_gguf_get_str(ft_model_gguf(b->model), "tokenizer.chat_template", &src) == FT_OK) {
             rc = ft_chat_template_parse(src.s, src.len, &b->tmpl);
-            snprintf(what, sizeof(what), "the model's chat template (override it with --chat-template FILE)");
+            snprintf(what, sizeof(what), "the model's chat template (override it with --chat-template FILE|NAME)");
             FT_LOG_I("chat template: the model's tokenizer.chat_template");
         } else {
             const char *arch = ft_model_hparams(b->model)->arch_name;
@@ -111,7 +126,7 @@ static int load_template(struct ft_backend *b, const struct ft_server_config *cf
             if (!name) {
                 snprintf(errbuf, errcap,
                          "the model has no chat template and there is no built-in one for architecture '%s': "
-                         "pass one with --chat-template FILE",
+                         "pass a file or a built-in name (" FT_CHAT_TEMPLATE_BUILTIN_NAMES ") with --chat-template",
                          arch);
                 return FT_EUNSUPPORTED;
             }

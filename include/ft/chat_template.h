@@ -57,6 +57,12 @@ int ft_chat_template_parse(const char *src, size_t len, struct ft_chat_template 
  * the result without adding another BOS. FT_ENOENT for an unknown name. */
 int ft_chat_template_builtin(const char *name, struct ft_chat_template **out /* OUT */);
 
+/* The names ft_chat_template_builtin() knows, for help texts and errors. */
+#define FT_CHAT_TEMPLATE_BUILTIN_NAMES "gemma, chatml, llama3, llama2, mistral"
+
+/* Whether `name` is one of FT_CHAT_TEMPLATE_BUILTIN_NAMES (false for NULL). */
+bool ft_chat_template_builtin_exists(const char *name);
+
 /* The built-in template name for a GGUF `general.architecture` value, or NULL
  * if there is no sensible default: gemma/gemma2/gemma3 -> "gemma",
  * qwen2/qwen3/qwen2moe/qwen3moe -> "chatml", llama -> "llama3". "llama" is

@@ -22,7 +22,7 @@ struct ft_server_config {
     bool metrics_default;           /* --enable-performance-metrics */
     const char *api_key;            /* NULL: no authentication */
     bool log_json;                  /* access log as JSON lines */
-    const char *chat_template_file; /* overrides the model's template */
+    const char *chat_template;      /* a file or a built-in name; overrides the model's template */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
     int timeout_s;                  /* idle connection / stalled write timeout; generation has none */

@@ -373,6 +373,19 @@ static void test_builtins(void) {
     CHECK(t == (struct ft_chat_template *)1 || t == NULL);
     CHECK_EQ_INT(ft_chat_template_builtin(NULL, &t), FT_ENOENT);
 
+    /* Every name the help text lists is a built-in, and nothing else is. */
+    char names[] = FT_CHAT_TEMPLATE_BUILTIN_NAMES;
+    int n_names = 0;
+    for (char *save = NULL, *name = strtok_r(names, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        CHECK(ft_chat_template_builtin_exists(name));
+        n_names++;
+    }
+    CHECK_EQ_INT(n_names, 5);
+    CHECK(!ft_chat_template_builtin_exists("vicuna"));
+    CHECK(!ft_chat_template_builtin_exists("gemma "));
+    CHECK(!ft_chat_template_builtin_exists(""));
+    CHECK(!ft_chat_template_builtin_exists(NULL));
+
     CHECK(strcmp(ft_chat_template_builtin_for_arch("gemma3"), "gemma") == 0);
     CHECK(strcmp(ft_chat_template_builtin_for_arch("gemma2"), "gemma") == 0);
     CHECK(strcmp(ft_chat_template_builtin_for_arch("qwen2"), "chatml") == 0);
