@@ -15,7 +15,8 @@
  * the end of their allocation and tiles sit at addresses that are only
  * 4-byte aligned, so over-reads and alignment assumptions show (under ASan
  * too). The levels without a GEMM (scalar, NEON) must say so (NULL), which
- * is what sends the engine to vec_dot.
+ * is what sends the engine to vec_dot; neon-i8mm must have its own (smmla)
+ * GEMM for every type, not neon-dotprod's, or its run would test nothing new.
  */
 #include "ft/common.h"
 #include "ft/cpu.h"
@@ -202,6 +203,9 @@ static void check_level(enum ft_isa isa) {
         const struct ft_qgemm *g = ft_qgemm_get_isa(t, isa);
         if (isa == FT_ISA_SCALAR)
             CHECKF(g == NULL, "the scalar level is the reference: no GEMM for %s", ft_type_name(t));
+        if (isa == FT_ISA_NEON_I8MM)
+            CHECKF(g && g != ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), "neon-i8mm: no smmla GEMM for %s",
+                   ft_type_name(t));
         if (!g)
             continue;
         n_gemm++;
