@@ -123,19 +123,15 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
     }
     /* lanes [r0t0 r0t1 r1t0 r1t1]: the even lanes of two row pairs are one
      * token's 4 rows, the odd lanes the next token's */
+    float v[TH][TR];
     for (int q = 0; q < TP; q++) {
-        float v[2][TR];
-        vst1q_f32(v[0], vuzp1q_f32(facc[0][q], facc[1][q]));
-        vst1q_f32(v[0] + 4, vuzp1q_f32(facc[2][q], facc[3][q]));
-        vst1q_f32(v[1], vuzp2q_f32(facc[0][q], facc[1][q]));
-        vst1q_f32(v[1] + 4, vuzp2q_f32(facc[2][q], facc[3][q]));
-        for (int j = 0; j < 2; j++) {
-            const int t = t0 + 2 * q + j;
-            if (t >= n_tok)
-                return;
-            memcpy(out + t * ld, v[j], (size_t)n_rows * sizeof(float));
-        }
+        vst1q_f32(v[2 * q], vuzp1q_f32(facc[0][q], facc[1][q]));
+        vst1q_f32(v[2 * q] + 4, vuzp1q_f32(facc[2][q], facc[3][q]));
+        vst1q_f32(v[2 * q + 1], vuzp2q_f32(facc[0][q], facc[1][q]));
+        vst1q_f32(v[2 * q + 1] + 4, vuzp2q_f32(facc[2][q], facc[3][q]));
     }
+    for (int t = 0; t < TH && t0 + t < n_tok; t++)
+        memcpy(out + (t0 + t) * ld, v[t], (size_t)n_rows * sizeof(float));
 }
 
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
