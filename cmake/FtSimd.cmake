@@ -6,7 +6,8 @@
 #                   no ISA flags, so they run on any CPU of the architecture.
 #   simd/x86/*.c    x86-64 only; each file carries its own -m flags and is
 #                   called only after CPUID says the machine has them.
-#   simd/arm/*.c    aarch64 only; likewise with -march=...+dotprod.
+#   simd/arm/*.c    aarch64 only; likewise with -march=...+dotprod (and
+#                   +i8mm for qgemm_neon_i8mm.c alone).
 #
 # Every kernel file is built with -ffp-contract=off: the dequantizers must
 # reproduce the reference's separately rounded multiply and add bit for bit,
@@ -47,11 +48,14 @@ function(ft_simd_sources out_sources out_defs)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
     set(neon ${root}/simd/arm/neon.c)
     set(neon_dot ${root}/simd/arm/neon_dotprod.c ${root}/simd/arm/qgemm_neon_dotprod.c)
+    set(neon_i8mm ${root}/simd/arm/qgemm_neon_i8mm.c)
     set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS
       "-march=armv8-a;-ffp-contract=off")
     set_source_files_properties(${neon_dot} PROPERTIES COMPILE_OPTIONS
       "-march=armv8.2-a+dotprod;-ffp-contract=off")
-    list(APPEND srcs ${neon} ${neon_dot})
+    set_source_files_properties(${neon_i8mm} PROPERTIES COMPILE_OPTIONS
+      "-march=armv8.2-a+dotprod+i8mm;-ffp-contract=off")
+    list(APPEND srcs ${neon} ${neon_dot} ${neon_i8mm})
     list(APPEND defs FT_SIMD_ARM=1)
   endif()
   set(${out_sources} ${srcs} PARENT_SCOPE)

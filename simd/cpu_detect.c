@@ -32,6 +32,7 @@ static const char *const k_isa_names[FT_ISA_COUNT] = {
     [FT_ISA_AVX512] = "avx512",
     [FT_ISA_NEON] = "neon",
     [FT_ISA_NEON_DOTPROD] = "neon-dotprod",
+    [FT_ISA_NEON_I8MM] = "neon-i8mm",
 };
 
 static struct ft_cpu_info g_cpu;
@@ -160,6 +161,8 @@ static bool cpu_has(const struct ft_cpu_info *c, enum ft_isa isa) {
         return c->asimd;
     case FT_ISA_NEON_DOTPROD:
         return c->asimd && c->dotprod;
+    case FT_ISA_NEON_I8MM:
+        return c->asimd && c->dotprod && c->i8mm;
     default:
         return false;
     }
@@ -177,6 +180,7 @@ static bool linked_in(enum ft_isa isa) {
 #ifdef FT_SIMD_ARM
     case FT_ISA_NEON:
     case FT_ISA_NEON_DOTPROD:
+    case FT_ISA_NEON_I8MM:
         return true;
 #endif
     default:
@@ -226,6 +230,10 @@ int ft_isa_parse(const char *name, enum ft_isa *out) {
         *out = FT_ISA_NEON_DOTPROD;
         return FT_OK;
     }
+    if (strcasecmp(name, "i8mm") == 0 || strcasecmp(name, "neon_i8mm") == 0) {
+        *out = FT_ISA_NEON_I8MM;
+        return FT_OK;
+    }
     return FT_EINVAL;
 }
 
@@ -246,6 +254,8 @@ static const char *isa_requirements(enum ft_isa isa) {
         return "aarch64 with ASIMD";
     case FT_ISA_NEON_DOTPROD:
         return "aarch64 with ASIMD and dotprod";
+    case FT_ISA_NEON_I8MM:
+        return "aarch64 with ASIMD, dotprod and i8mm";
     default:
         return "nothing";
     }
@@ -257,8 +267,9 @@ static int resolve(const char *what, const char *name, enum ft_isa *out) {
     enum ft_isa isa;
     if (ft_isa_parse(name, &isa) != FT_OK) {
         snprintf(g_error, sizeof(g_error),
-                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx512, neon or neon-dotprod)", what,
-                 name ? name : "(null)");
+                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx512, neon, neon-dotprod or "
+                 "neon-i8mm)",
+                 what, name ? name : "(null)");
         return FT_EINVAL;
     }
     if (!ft_isa_supported(isa)) {

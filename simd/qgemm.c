@@ -1,6 +1,6 @@
 /* The quantized GEMM table (include/ft/qgemm.h): per kernel level, the
  * GEMM of each weight type that level has one for, filled once from the
- * level's GEMM file (simd/x86/qgemm_*.c, simd/arm/qgemm_neon_dotprod.c).
+ * level's GEMM file (simd/x86/qgemm_*.c, simd/arm/qgemm_neon_*.c).
  * Levels without one (scalar, plain neon) leave every entry NULL, and the
  * engine multiplies with vec_dot row by row: the scalar level is the
  * reference, and ARMv8.0 has no int8 dot instruction to tile.
@@ -14,6 +14,7 @@
 void ft_qgemm_fill_avx512(const struct ft_qgemm **table);
 void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 void ft_qgemm_fill_neon_dotprod(const struct ft_qgemm **table);
+void ft_qgemm_fill_neon_i8mm(const struct ft_qgemm **table);
 
 static const struct ft_qgemm *g_tables[FT_ISA_COUNT][FT_TYPE_COUNT];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -28,6 +29,11 @@ static void tables_init(void) {
 #ifdef FT_SIMD_ARM
     if (ft_isa_supported(FT_ISA_NEON_DOTPROD))
         ft_qgemm_fill_neon_dotprod(g_tables[FT_ISA_NEON_DOTPROD]);
+    if (ft_isa_supported(FT_ISA_NEON_I8MM)) {
+        /* dotprod's GEMMs, replaced by smmla ones wherever there is one */
+        ft_qgemm_fill_neon_dotprod(g_tables[FT_ISA_NEON_I8MM]);
+        ft_qgemm_fill_neon_i8mm(g_tables[FT_ISA_NEON_I8MM]);
+    }
 #endif
 }
 

@@ -22,15 +22,21 @@
  * with every integer sum exact -- the reference's sums, regrouped.
  *
  * Weight tile (TR rows, k elements), sub-block after sub-block:
- *   quants  G/4 groups x TR rows x 4 bytes: group g holds elements
- *           4g..4g+3 of the sub-block of every row (one vector per group)
+ *   quants  G/W groups x TR rows x W bytes: group g holds elements
+ *           Wg..Wg+W-1 of the sub-block of every row
  *   S       TR floats
  *   M       TR floats (types with mins only)
  * Activation tile (FT_QG_TT tokens), activation block after block:
- *   quants  ABLK/4 groups x TT tokens x 4 bytes (int8)
+ *   quants  ABLK/W groups x TT tokens x W bytes (int8)
  *   D       TT floats
  *   X       ABLK/G sub-blocks x TT values (int32 or float)
  * Missing rows and tokens are zero: their outputs are never stored.
+ *
+ * The group width W is 4 for the dot-product kernels (vpdpbusd, vpmaddubsw,
+ * sdot: 4 bytes of a row per 32-bit lane) and 8 for the matrix-multiply one
+ * (neon-i8mm's smmla: a 16-byte vector at an even row or token is 8
+ * elements of it and of the next, the 2x8 operand). W changes only where
+ * the bytes sit, so the tile sizes are the same.
  */
 #ifndef FT_SIMD_QGEMM_PACK_H
 #define FT_SIMD_QGEMM_PACK_H
@@ -79,9 +85,12 @@ static inline uint16_t ft_qg_ld16(const void *p) {
 
 /* ---- activations ----------------------------------------------------------- */
 
-/* n_tok rows of Q8_0 / Q8_1 / Q8_K blocks into an activation tile. */
-static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, enum ft_type act,
-                                int g, enum ft_qg_xmode xmode, int offset) {
+/* n_tok rows of Q8_0 / Q8_1 / Q8_K blocks into an activation tile of group
+ * width W (4 or 8). */
+__attribute__((always_inline)) static inline void ft_qg_pack_a_width(const void *a, size_t a_row, int n_tok,
+                                                                     int64_t k, void *tile, enum ft_type act, int g,
+                                                                     enum ft_qg_xmode xmode, int offset,
+                                                                     const int W) {
     const int ablk = act == FT_TYPE_Q8_K ? FT_QK_K : 32;
     const int nsub = ablk / g;
     const size_t ab = ft_qg_ab_bytes(g, ablk);
@@ -96,8 +105,8 @@ static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t 
         uint8_t *X = out + ablk * FT_QG_TT + 4 * FT_QG_TT;
         for (int t = 0; t < FT_QG_TT; t++) {
             if (t >= n_tok) {
-                for (int gi = 0; gi < ablk / 4; gi++)
-                    memset(q + (gi * FT_QG_TT + t) * 4, 0, 4);
+                for (int gi = 0; gi < ablk / W; gi++)
+                    memset(q + (gi * FT_QG_TT + t) * W, 0, (size_t)W);
                 D[t] = 0.0f;
                 for (int s = 0; s < nsub; s++)
                     memset(X + (s * FT_QG_TT + t) * 4, 0, 4);
@@ -105,8 +114,8 @@ static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t 
             }
             const uint8_t *blk = (const uint8_t *)a + (size_t)t * a_row + (size_t)b * blk_bytes;
             const int8_t *qs = (const int8_t *)(blk + qs_off);
-            for (int gi = 0; gi < ablk / 4; gi++)
-                memcpy(q + (gi * FT_QG_TT + t) * 4, qs + 4 * gi, 4);
+            for (int gi = 0; gi < ablk / W; gi++)
+                memcpy(q + (gi * FT_QG_TT + t) * W, qs + W * gi, (size_t)W);
             if (act == FT_TYPE_Q8_K) {
                 float d;
                 memcpy(&d, blk, 4);
@@ -141,6 +150,16 @@ static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t 
             }
         }
     }
+}
+
+static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, enum ft_type act,
+                                int g, enum ft_qg_xmode xmode, int offset) {
+    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 4);
+}
+/* Group width 8: pairs of tokens interleaved 8 bytes at a time. */
+static inline void ft_qg_pack_a_il(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, enum ft_type act,
+                                   int g, enum ft_qg_xmode xmode, int offset) {
+    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 8);
 }
 
 /* ---- weights ---------------------------------------------------------------- */
@@ -258,13 +277,14 @@ static inline void ft_qg_scales_q6_K(const uint8_t *blk, float *S, float *M) {
 typedef uint32_t (*ft_qg_group_fn)(int unused, const uint8_t *blk, int j);
 typedef void (*ft_qg_scales_fn)(const uint8_t *blk, float *S, float *M);
 
-/* Rows 0..n_rows-1 into a weight tile of tr rows. blck/bytes: the type's
- * block size and bytes; g: sub-block size. Inlined with constant group and
- * scales functions, so each type gets its own loop. */
-__attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, size_t w_row, int n_rows, int64_t k,
-                                                               void *tile, int tr, int g, int mins, int blck,
-                                                               size_t bytes, ft_qg_group_fn group,
-                                                               ft_qg_scales_fn scales) {
+/* Rows 0..n_rows-1 into a weight tile of tr rows and group width W (4 or
+ * 8). blck/bytes: the type's block size and bytes; g: sub-block size.
+ * Inlined with constant group and scales functions, so each type gets its
+ * own loop. */
+__attribute__((always_inline)) static inline void ft_qg_pack_w_width(const void *w, size_t w_row, int n_rows,
+                                                                     int64_t k, void *tile, int tr, int g, int mins,
+                                                                     int blck, size_t bytes, ft_qg_group_fn group,
+                                                                     ft_qg_scales_fn scales, const int W) {
     const size_t sb = ft_qg_sb_bytes(tr, g, mins);
     const int nsub = blck / g;
     uint8_t *out = tile;
@@ -283,7 +303,7 @@ __attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, si
 #pragma GCC unroll 8
                 for (int j = 0; j < g / 4; j++) {
                     const uint32_t v = group(0, blk, s * g / 4 + j);
-                    memcpy(o + (j * tr + r) * 4, &v, 4);
+                    memcpy(o + ((j / (W / 4)) * tr + r) * W + (j % (W / 4)) * 4, &v, 4);
                 }
                 memcpy(o + (size_t)(g * tr + 4 * r), &S[s], 4);
                 if (mins)
@@ -293,22 +313,30 @@ __attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, si
     }
 }
 
-/* The portable packer of each type for a tile of tr rows (a level may
- * leave some unused: AVX2 has no Q8_0 GEMM). */
-#define FT_QG_PACK_W_ONE(prefix, tr, T, G, MINS, BLCK, SCALES)                                      \
-    __attribute__((unused)) static void prefix##T(const void *w, size_t wr, int n, int64_t k, void *t) { \
-        ft_qg_pack_w(w, wr, n, k, t, tr, G, MINS, BLCK, sizeof(ft_block_##T), ft_qg_group_##T, SCALES); \
+__attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, size_t w_row, int n_rows, int64_t k,
+                                                               void *tile, int tr, int g, int mins, int blck,
+                                                               size_t bytes, ft_qg_group_fn group,
+                                                               ft_qg_scales_fn scales) {
+    ft_qg_pack_w_width(w, w_row, n_rows, k, tile, tr, g, mins, blck, bytes, group, scales, 4);
+}
+
+/* The portable packer of each type for a tile of tr rows and group width W
+ * (a level may leave some unused: AVX2 has no Q8_0 GEMM). */
+#define FT_QG_PACK_W_ONE(prefix, tr, W, T, G, MINS, BLCK, SCALES)                                                 \
+    __attribute__((unused)) static void prefix##T(const void *w, size_t wr, int n, int64_t k, void *t) {          \
+        ft_qg_pack_w_width(w, wr, n, k, t, tr, G, MINS, BLCK, sizeof(ft_block_##T), ft_qg_group_##T, SCALES, W); \
     }
-#define FT_QG_PACK_W_PORTABLE(prefix, tr)                                     \
-    FT_QG_PACK_W_ONE(prefix, tr, q8_0, 32, 0, 32, ft_qg_scales_d0)           \
-    FT_QG_PACK_W_ONE(prefix, tr, q4_0, 32, 0, 32, ft_qg_scales_d0)           \
-    FT_QG_PACK_W_ONE(prefix, tr, q4_1, 32, 1, 32, ft_qg_scales_dm)           \
-    FT_QG_PACK_W_ONE(prefix, tr, q5_0, 32, 0, 32, ft_qg_scales_d0)           \
-    FT_QG_PACK_W_ONE(prefix, tr, q5_1, 32, 1, 32, ft_qg_scales_dm)           \
-    FT_QG_PACK_W_ONE(prefix, tr, q2_K, 16, 1, FT_QK_K, ft_qg_scales_q2_K)    \
-    FT_QG_PACK_W_ONE(prefix, tr, q3_K, 16, 0, FT_QK_K, ft_qg_scales_q3_K)    \
-    FT_QG_PACK_W_ONE(prefix, tr, q4_K, 32, 1, FT_QK_K, ft_qg_scales_k4)      \
-    FT_QG_PACK_W_ONE(prefix, tr, q5_K, 32, 1, FT_QK_K, ft_qg_scales_k4)      \
-    FT_QG_PACK_W_ONE(prefix, tr, q6_K, 16, 0, FT_QK_K, ft_qg_scales_q6_K)
+#define FT_QG_PACK_W_PORTABLE_WIDTH(prefix, tr, W)                               \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q8_0, 32, 0, 32, ft_qg_scales_d0)           \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q4_0, 32, 0, 32, ft_qg_scales_d0)           \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q4_1, 32, 1, 32, ft_qg_scales_dm)           \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q5_0, 32, 0, 32, ft_qg_scales_d0)           \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q5_1, 32, 1, 32, ft_qg_scales_dm)           \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q2_K, 16, 1, FT_QK_K, ft_qg_scales_q2_K)    \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q3_K, 16, 0, FT_QK_K, ft_qg_scales_q3_K)    \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q4_K, 32, 1, FT_QK_K, ft_qg_scales_k4)      \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q5_K, 32, 1, FT_QK_K, ft_qg_scales_k4)      \
+    FT_QG_PACK_W_ONE(prefix, tr, W, q6_K, 16, 0, FT_QK_K, ft_qg_scales_q6_K)
+#define FT_QG_PACK_W_PORTABLE(prefix, tr) FT_QG_PACK_W_PORTABLE_WIDTH(prefix, tr, 4)
 
 #endif

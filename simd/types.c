@@ -116,6 +116,7 @@ static void tables_init(void) {
             ft_simd_fill_neon(g_tables[isa]);
             break;
         case FT_ISA_NEON_DOTPROD:
+        case FT_ISA_NEON_I8MM: /* i8mm adds only a GEMM (simd/qgemm.c) */
             ft_simd_fill_neon_dotprod(g_tables[isa]);
             break;
 #endif

@@ -11,6 +11,8 @@
  *                 present too, a shift-and-FMA path otherwise
  *   neon          aarch64: ASIMD (ARMv8.0); int8 dots with smull/sadalp
  *   neon-dotprod  aarch64: ASIMD + dotprod (sdot)
+ *   neon-i8mm     aarch64: neon-dotprod + i8mm (smmla); the dotprod kernels
+ *                 with a GEMM (prefill) that multiplies 2x8 by 8x2 blocks
  *
  * The level in use is the best one, unless FT_ISA=<name> in the environment
  * or ft_cpu_force_isa() (a CLI's --isa) chose another. Asking for a level the
@@ -34,7 +36,8 @@ enum ft_isa {
     FT_ISA_AVX512 = 2,
     FT_ISA_NEON = 3,
     FT_ISA_NEON_DOTPROD = 4,
-    FT_ISA_COUNT = 5,
+    FT_ISA_NEON_I8MM = 5,
+    FT_ISA_COUNT = 6,
 };
 
 struct ft_cpu_info {

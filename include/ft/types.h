@@ -100,7 +100,7 @@ const struct ft_type_info *ft_type_traits_ref(enum ft_type t);
  * and Q8_K's bsums equal to the sums of its quants. */
 const struct ft_type_info *ft_type_traits(enum ft_type t);
 /* Name of the kernel level ft_type_traits() uses: "scalar", "avx2",
- * "avx512", "neon", "neon-dotprod". */
+ * "avx512", "neon", "neon-dotprod", "neon-i8mm". */
 const char *ft_simd_isa_name(void);
 
 const char *ft_type_name(enum ft_type t); /* "?" for unknown ids */

@@ -4,12 +4,17 @@
 # Cross-compiles simd/, tests/unit/test_simd_kernels.c, test_float_kernels.c and test_qgemm.c with
 # aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through
 # tests/arm/CMakeLists.txt + cmake/aarch64-linux-gnu.cmake, then runs the
-# kernel test once per kernel level with FT_ISA forcing it:
-#   scalar, neon, neon-dotprod   on qemu's "max" CPU (has dotprod, i8mm)
-#   neon-dotprod                 on a Cortex-A53 (no dotprod): must be
-#                                refused with a message, and auto -> neon
-# and tests/unit/test_qgemm.c (the GEMM) on each level of qemu's "max" CPU:
-# neon-dotprod has one for every quantized type, neon and scalar none.
+# kernel tests (test_simd_kernels, test_float_kernels, test_qgemm) once per
+# kernel level with FT_ISA forcing it:
+#   scalar, neon, neon-dotprod,  on qemu's "max" CPU (has dotprod and i8mm),
+#   neon-i8mm                    where auto must pick neon-i8mm
+#   neon-dotprod                 on a Cortex-A76 (dotprod, no i8mm), where
+#                                neon-i8mm must be refused with a message
+#                                and auto must fall back to neon-dotprod
+#   neon                         on a Cortex-A53 (no dotprod), where
+#                                neon-dotprod must be refused, auto -> neon
+# test_qgemm (the GEMM): neon-dotprod and neon-i8mm have one for every
+# quantized type, neon and scalar none.
 # Exit status 0 when every run passes; the last line is a pytest-like
 # summary. Build directory: $FT_ARM_BUILD_DIR (default build/arm).
 set -uo pipefail
@@ -54,20 +59,30 @@ run() { # name, qemu cpu, FT_ISA, expected line in the output[, test binary]
   fi
 }
 
-run "neon-dotprod on qemu max"       max        neon-dotprod "level neon-dotprod  *ok"
-run "neon on qemu max"               max        neon         "level neon  *ok"
-run "scalar on qemu max"             max        scalar       "level scalar  *ok"
-run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"
-run "neon-dotprod refused on a53"    cortex-a53 neon-dotprod "refused: FT_ISA=neon-dotprod: this CPU cannot run it"
-# the float ops (GEMM, attention, row ops); the NEON levels use the scalar references
+SIMD="$TEST"
 FLOAT="$BUILD/test_float_kernels"
-run "float ops, neon-dotprod"        max        neon-dotprod "level neon-dotprod  *ok" "$FLOAT"
-run "float ops, neon"                max        neon         "level neon  *ok" "$FLOAT"
-run "float ops, scalar"              max        scalar       "level scalar  *ok" "$FLOAT"
 QG="$BUILD/test_qgemm"
+# qemu "max": every level runs, auto is the best
+run "auto picks neon-i8mm on qemu max" max       auto         "kernels: neon-i8mm (best neon-i8mm)"
+for isa in neon-i8mm neon-dotprod neon scalar; do
+  run "$isa on qemu max"             max        $isa         "level $isa  *ok" "$SIMD"
+  # the float ops (GEMM, attention, row ops); the NEON levels use the scalar references
+  run "float ops, $isa"              max        $isa         "level $isa  *ok" "$FLOAT"
+done
+run "gemm neon-i8mm on qemu max"     max        neon-i8mm    "level neon-i8mm  *10 GEMM types" "$QG"
 run "gemm neon-dotprod on qemu max"  max        neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
 run "no gemm for neon on qemu max"   max        neon         "level neon  *0 GEMM types" "$QG"
 run "no gemm for scalar on qemu max" max        scalar       "level scalar  *0 GEMM types" "$QG"
+# Cortex-A76: dotprod without i8mm
+run "auto picks neon-dotprod on a76" cortex-a76 auto         "kernels: neon-dotprod (best neon-dotprod)"
+run "neon-i8mm refused on a76"       cortex-a76 neon-i8mm    "refused: FT_ISA=neon-i8mm: this CPU cannot run it"
+run "neon-dotprod on a76"            cortex-a76 neon-dotprod "level neon-dotprod  *ok"
+run "gemm neon-dotprod on a76"       cortex-a76 neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
+run "gemm neon-i8mm refused on a76"  cortex-a76 neon-i8mm    "refused: FT_ISA=neon-i8mm: this CPU cannot run it" "$QG"
+# Cortex-A53: ARMv8.0, no dotprod
+run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"
+run "neon-dotprod refused on a53"    cortex-a53 neon-dotprod "refused: FT_ISA=neon-dotprod: this CPU cannot run it"
+run "neon-i8mm refused on a53"       cortex-a53 neon-i8mm    "refused: FT_ISA=neon-i8mm: this CPU cannot run it"
 
 if [ $failed -eq 0 ]; then
   printf '==== %d passed in %ss ====\n' "$passed" "$(elapsed)"

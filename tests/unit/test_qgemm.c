@@ -15,7 +15,10 @@
  * the end of their allocation and tiles sit at addresses that are only
  * 4-byte aligned, so over-reads and alignment assumptions show (under ASan
  * too). The levels without a GEMM (scalar, NEON) must say so (NULL), which
- * is what sends the engine to vec_dot.
+ * is what sends the engine to vec_dot; neon-i8mm must have its own (smmla)
+ * GEMM for every type, not neon-dotprod's, or its run would test nothing new;
+ * and where both run, its outputs must be bit-identical to neon-dotprod's
+ * (the same integer sums, the same order of float operations).
  */
 #include "ft/common.h"
 #include "ft/cpu.h"
@@ -101,6 +104,23 @@ static struct buf buf_new(size_t n) {
 
 static double g_max_err[FT_ISA_COUNT][FT_TYPE_COUNT];
 
+/* out[t * ld + r] = the GEMM's product of rows x n_tok, tile by tile. */
+static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, int rows, const uint8_t *a,
+                     size_t a_row, int n_tok, int64_t k, float *out, int64_t ld) {
+    struct buf wt = buf_new(g->w_tile_size(k)), at = buf_new(g->a_tile_size(k));
+    for (int t0 = 0; t0 < n_tok; t0 += g->tile_tokens) {
+        const int nt = n_tok - t0 < g->tile_tokens ? n_tok - t0 : g->tile_tokens;
+        g->pack_a(a + (size_t)t0 * a_row, a_row, nt, k, at.p);
+        for (int r0 = 0; r0 < rows; r0 += g->tile_rows) {
+            const int nr = rows - r0 < g->tile_rows ? rows - r0 : g->tile_rows;
+            g->pack_w(w + (size_t)r0 * w_row, w_row, nr, k, wt.p);
+            g->kernel(wt.p, at.p, k, nr, nt, out + t0 * ld + r0, ld);
+        }
+    }
+    free(wt.base);
+    free(at.base);
+}
+
 /* rows x n_tok product of one type at one level and row length. */
 static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes) {
     const enum ft_type t = g->type;
@@ -138,15 +158,18 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
     const float marker = -12345.5f;
     for (int64_t i = 0; i < tok_rows * ld; i++)
         out[i] = marker;
-    struct buf wt = buf_new(g->w_tile_size(k)), at = buf_new(g->a_tile_size(k));
-    for (int t0 = 0; t0 < n_tok; t0 += g->tile_tokens) {
-        const int nt = n_tok - t0 < g->tile_tokens ? n_tok - t0 : g->tile_tokens;
-        g->pack_a(a + (size_t)t0 * a_row, a_row, nt, k, at.p);
-        for (int r0 = 0; r0 < rows; r0 += g->tile_rows) {
-            const int nr = rows - r0 < g->tile_rows ? rows - r0 : g->tile_rows;
-            g->pack_w(w + (size_t)r0 * w_row, w_row, nr, k, wt.p);
-            g->kernel(wt.p, at.p, k, nr, nt, out + t0 * ld + r0, ld);
-        }
+    gemm_run(g, w, w_row, rows, a, a_row, n_tok, k, out, ld);
+
+    /* neon-i8mm sums the same integers as neon-dotprod and applies the
+     * scales in the same order: the floats must be identical */
+    if (isa == FT_ISA_NEON_I8MM && ft_isa_supported(FT_ISA_NEON_DOTPROD)) {
+        float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
+        memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
+        gemm_run(ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld);
+        CHECKF(memcmp(out, out_dot, (size_t)tok_rows * (size_t)ld * sizeof(float)) == 0,
+               "neon-i8mm gemm %s k=%lld rows=%d tokens=%d: not the floats of neon-dotprod", ref->name,
+               (long long)k, rows, n_tok);
+        free(out_dot);
     }
 
     float *xd = xmalloc((size_t)k * sizeof(float)), *yd = xmalloc((size_t)k * sizeof(float));
@@ -187,8 +210,6 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
 
     free(xd);
     free(yd);
-    free(wt.base);
-    free(at.base);
     free(out);
     free(a);
     free(f);
@@ -202,6 +223,9 @@ static void check_level(enum ft_isa isa) {
         const struct ft_qgemm *g = ft_qgemm_get_isa(t, isa);
         if (isa == FT_ISA_SCALAR)
             CHECKF(g == NULL, "the scalar level is the reference: no GEMM for %s", ft_type_name(t));
+        if (isa == FT_ISA_NEON_I8MM)
+            CHECKF(g && g != ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), "neon-i8mm: no smmla GEMM for %s",
+                   ft_type_name(t));
         if (!g)
             continue;
         n_gemm++;

@@ -1,7 +1,7 @@
 /* Per-ISA kernels against the scalar reference (STYLE.md "Kernels").
  *
  * For every kernel level this machine (or qemu) can run -- scalar, avx2,
- * avx512 on x86-64; scalar, neon, neon-dotprod on aarch64 -- and every type
+ * avx512 on x86-64; scalar, neon, neon-dotprod, neon-i8mm on aarch64 -- and every type
  * FreeToken runs, on rows of several lengths (one block, a few blocks, the
  * real model's 640/1024/2048/2304/8192) filled from fixed seeds with several
  * value patterns (gaussian, tiny, large, outliers, zero blocks, exact
@@ -416,6 +416,11 @@ static int check_api(void) {
     CHECK_EQ_INT(isa, FT_ISA_AVX512);
     CHECK_EQ_INT(ft_isa_parse("neon-dotprod", &isa), FT_OK);
     CHECK_EQ_INT(isa, FT_ISA_NEON_DOTPROD);
+    CHECK_EQ_INT(ft_isa_parse("NEON-I8MM", &isa), FT_OK);
+    CHECK_EQ_INT(isa, FT_ISA_NEON_I8MM);
+    CHECK_EQ_INT(ft_isa_parse("i8mm", &isa), FT_OK);
+    CHECK_EQ_INT(isa, FT_ISA_NEON_I8MM);
+    CHECK(strcmp(ft_isa_name(FT_ISA_NEON_I8MM), "neon-i8mm") == 0);
     CHECK_EQ_INT(ft_isa_parse("sse9", &isa), FT_EINVAL);
 
     const enum ft_isa before = ft_cpu_isa();
