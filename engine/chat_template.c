@@ -127,11 +127,24 @@ static const char mistral_src[] =
     "    {%- endif %}\n"
     "{%- endfor %}\n";
 
+/* For base (pretrained) models, which carry no chat template and were
+ * never trained on turn markers: the messages' text, blank-line separated,
+ * for the model to continue. */
+static const char plain_src[] =
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if not loop.first %}{{ '\\n\\n' }}{% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for item in message['content'] %}{% if item['type'] == 'text' %}{{ item['text'] | trim }}"
+    "{% endif %}{% endfor %}{% endif %}"
+    "{% endfor %}";
+
 static const struct {
     const char *name;
     const char *src;
     size_t len;
 } builtins[] = {
+    {"plain", plain_src, sizeof(plain_src) - 1},
     {"gemma", gemma_src, sizeof(gemma_src) - 1},
     {"chatml", chatml_src, sizeof(chatml_src) - 1},
     {"llama3", llama3_src, sizeof(llama3_src) - 1},
@@ -177,20 +190,6 @@ bool ft_chat_template_builtin_exists(const char *name) {
         if (strcmp(name, builtins[i].name) == 0)
             return true;
     return false;
-}
-
-const char *ft_chat_template_builtin_for_arch(const char *arch) {
-    static const struct {
-        const char *arch, *name;
-    } map[] = {
-        {"gemma", "gemma"},   {"gemma2", "gemma"},  {"gemma3", "gemma"},   {"gemma3n", "gemma"},
-        {"qwen2", "chatml"},  {"qwen3", "chatml"},  {"qwen2moe", "chatml"}, {"qwen3moe", "chatml"},
-        {"llama", "llama3"},
-    };
-    for (size_t i = 0; arch && i < FT_ARRAY_LEN(map); i++)
-        if (strcmp(arch, map[i].arch) == 0)
-            return map[i].name;
-    return NULL;
 }
 
 void ft_chat_template_free(struct ft_chat_template *t) {

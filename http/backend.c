@@ -117,22 +117,13 @@ static int load_template(struct ft_backend *b, const struct ft_server_config *cf
             snprintf(what, sizeof(what), "the model's chat template (override it with --chat-template FILE|NAME)");
             FT_LOG_I("chat template: the model's tokenizer.chat_template");
         } else {
-            const char *arch = ft_model_hparams(b->model)->arch_name;
-            const char *name = ft_chat_template_builtin_for_arch(arch);
-            /* Llama 2, Mistral and TinyLlama share "llama" with Llama 3;
-             * only Llama 3's vocabulary has <|eot_id|>. */
-            if (name && !strcmp(name, "llama3") && ft_tokenizer_find(b->tok, "<|eot_id|>", 10) < 0)
-                name = "llama2";
-            if (!name) {
-                snprintf(errbuf, errcap,
-                         "the model has no chat template and there is no built-in one for architecture '%s': "
-                         "pass a file or a built-in name (" FT_CHAT_TEMPLATE_BUILTIN_NAMES ") with --chat-template",
-                         arch);
-                return FT_EUNSUPPORTED;
-            }
-            FT_LOG_W("the model has no tokenizer.chat_template; using the built-in '%s' template", name);
-            rc = ft_chat_template_builtin(name, &b->tmpl);
-            snprintf(what, sizeof(what), "built-in chat template '%s'", name);
+            /* Converters copy the template of instruction-tuned models,
+             * so a GGUF without one is a base model: it continues text
+             * and was never trained on turn markers. */
+            FT_LOG_W("the model has no tokenizer.chat_template (a base model): chat messages are sent as plain "
+                     "text; --chat-template NAME (" FT_CHAT_TEMPLATE_BUILTIN_NAMES ") picks a chat format");
+            rc = ft_chat_template_builtin("plain", &b->tmpl);
+            snprintf(what, sizeof(what), "built-in chat template 'plain'");
         }
     }
     if (rc) {

@@ -47,6 +47,7 @@ struct ft_chat_template;
 int ft_chat_template_parse(const char *src, size_t len, struct ft_chat_template **out /* OUT */);
 
 /* Built-in templates, for models whose GGUF carries none:
+ *   "plain"  the contents only, separated by blank lines (base models)
  *   "gemma"  <start_of_turn>user\n...<end_of_turn>\n, assistant -> "model",
  *            the system prompt folded into the first user turn (Gemma 3's)
  *   "chatml" <|im_start|>role\n...<|im_end|>\n (Qwen 2/2.5/3 without tools)
@@ -58,19 +59,10 @@ int ft_chat_template_parse(const char *src, size_t len, struct ft_chat_template 
 int ft_chat_template_builtin(const char *name, struct ft_chat_template **out /* OUT */);
 
 /* The names ft_chat_template_builtin() knows, for help texts and errors. */
-#define FT_CHAT_TEMPLATE_BUILTIN_NAMES "gemma, chatml, llama3, llama2, mistral"
+#define FT_CHAT_TEMPLATE_BUILTIN_NAMES "plain, gemma, chatml, llama3, llama2, mistral"
 
 /* Whether `name` is one of FT_CHAT_TEMPLATE_BUILTIN_NAMES (false for NULL). */
 bool ft_chat_template_builtin_exists(const char *name);
-
-/* The built-in template name for a GGUF `general.architecture` value, or NULL
- * if there is no sensible default: gemma/gemma2/gemma3 -> "gemma",
- * qwen2/qwen3/qwen2moe/qwen3moe -> "chatml", llama -> "llama3". "llama" is
- * ambiguous (Llama 2, Mistral, TinyLlama, SmolLM and Llama 3 share it); the
- * name alone cannot tell them apart, so callers that know better (for example
- * a vocabulary without <|eot_id|> means Llama 2 / Mistral) should pick
- * "llama2" themselves. */
-const char *ft_chat_template_builtin_for_arch(const char *arch);
 
 void ft_chat_template_free(struct ft_chat_template *t); /* accepts NULL */
 
