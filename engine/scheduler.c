@@ -201,6 +201,7 @@ static void step(struct ft_scheduler *s) {
     ft_clear_error();
     int rc = ft_model_forward(s->m, s->kv, &b, s->logits);
     const uint64_t t1 = ft_clock_ticks();
+    publish_kv_usage(s);
     for (int32_t i = 0; i < s->p.n_slots; i++) {
         struct slot *sl = &s->slots[i];
         if (!sl->r || (!sl->chunk && sl->row < 0))
