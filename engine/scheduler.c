@@ -69,8 +69,7 @@ static void set_error(struct ft_request *r, int rc, const char *what) {
 }
 
 static void publish_kv_usage(struct ft_scheduler *s) {
-    atomic_store(&s->kv_used_blocks, ft_kv_cache_blocks_total(s->kv) - ft_kv_cache_blocks_free(s->kv) -
-                                         ft_kv_cache_blocks_idle(s->kv));
+    atomic_store(&s->kv_used_blocks, ft_kv_cache_blocks_total(s->kv) - ft_kv_cache_blocks_free(s->kv));
 }
 
 /* Stamp, compute the metrics and hand the request back. The last thing

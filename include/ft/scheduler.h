@@ -84,7 +84,7 @@ int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r);
 struct ft_scheduler_stats {
     int32_t running;
     int32_t waiting;
-    double kv_usage; /* KV blocks listed by running sequences / all blocks (idle cached ones not counted) */
+    double kv_usage; /* KV blocks not free (running sequences' and the prefix cache's) / all blocks */
 };
 /* Safe from any thread (values are published atomically). */
 void ft_scheduler_get_stats(struct ft_scheduler *s, struct ft_scheduler_stats *out);

@@ -187,7 +187,7 @@ static void test_fifo(const int32_t *ids, int32_t n) {
     ft_scheduler_get_stats(s, &st);
     CHECK_EQ_INT(st.running, 0);
     CHECK_EQ_INT(st.waiting, 0);
-    CHECK(st.kv_usage == 0); /* what stays is cached, idle */
+    CHECK(st.kv_usage > 0 && st.kv_usage <= 1); /* what stays is cached */
 
     /* Cancelled before admission: the request ends without tokens. */
     atomic_store(&req[3].cancel, true);
@@ -262,7 +262,6 @@ static void test_batched(int32_t prompts[N_BATCHED][96], const int32_t *lens) {
     CHECK(req[3].metrics.cached_prompt_tokens >= 40);
     ft_scheduler_get_stats(s, &st);
     CHECK_EQ_INT(st.running, 0);
-    CHECK(st.kv_usage == 0);
     ft_scheduler_free(s);
     for (int i = 0; i < N_BATCHED; i++)
         ft_request_timing_free(&req[i].timing);
