@@ -260,12 +260,15 @@ void ft_prefix_cache_update(struct ft_prefix_cache *pc, int32_t seq, const int32
         gather(t, i * BT, BT, a, na, b);
         const uint64_t h = chain_hash(parent_hash(pc, parent), t, BT);
         const int32_t idx = find_full(pc, parent, h, t);
-        if (idx == NONE && add_node(pc, blk, parent, h, t, BT))
+        if ((idx == NONE && add_node(pc, blk, parent, h, t, BT)) || (idx != NONE && idx == blk)) {
             c->nodes[c->n++] = blk;
-        else if (idx != NONE && idx == blk)
-            c->n++, c->nodes[i] = blk;
-        else
-            c->frozen = true; /* computed twice (another sequence's copy is cached): keep that one */
+        } else {
+            /* Computed twice (another sequence's copy is cached): keep that
+             * one. The chain cannot go on from a node whose block this
+             * sequence does not hold (it could be evicted meanwhile), so
+             * nothing more of this sequence is kept. */
+            c->frozen = true;
+        }
     }
 }
 
