@@ -13,8 +13,8 @@
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
                *numa = NULL;
-    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, slots = 4, max_body = 8 << 20, max_queue = 64, timeout = 120,
-        numa_node = -1;
+    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
+        max_queue = 64, timeout = 120, numa_node = -1;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -26,8 +26,14 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N", "context per request (default: the model's, capped by memory)"},
-        {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
-        {NULL, "--cache-slots", FT_OPT_INT, &slots, "N", "prefix-cache slots, each a KV sequence of -c tokens (default 4)"},
+        {"-np", "--parallel", FT_OPT_INT, &parallel, "N",
+         "requests generated at once, batched into shared steps (default 8, fewer if their KV does not fit)"},
+        {NULL, "--cache-slots", FT_OPT_INT, &parallel, "N", "old name of --parallel"},
+        {"-b", "--batch-tokens", FT_OPT_INT, &n_batch, "N",
+         "tokens per step: one per decoding request plus prompt chunks (default 512)"},
+        {NULL, "--batch-size", FT_OPT_INT, &n_batch, "N", "same as --batch-tokens"},
+        {NULL, "--cache-mib", FT_OPT_INT, &cache_mib, "MIB",
+         "KV memory beyond the running requests' for the prefix cache to keep (default 1024)"},
         {NULL, "--no-prefix-cache", FT_OPT_FLAG, &no_prefix_cache, NULL, "never reuse the KV of earlier prompts"},
         {NULL, "--enable-performance-metrics", FT_OPT_FLAG, &metrics, NULL,
          "add the per-request \"metrics\" object to every response"},
@@ -66,8 +72,12 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: -b must be in 1..4096 (got %d)\n", n_batch);
         return 2;
     }
-    if (slots < 1 || slots > 256) {
-        fprintf(stderr, "ft serve: --cache-slots must be in 1..256 (got %d)\n", slots);
+    if (parallel < 1 || parallel > 256) {
+        fprintf(stderr, "ft serve: --parallel must be in 1..256 (got %d)\n", parallel);
+        return 2;
+    }
+    if (cache_mib < 0 || cache_mib > (1 << 20)) {
+        fprintf(stderr, "ft serve: --cache-mib must be in 0..1048576 (got %d)\n", cache_mib);
         return 2;
     }
     if (max_body < 1024) {
@@ -104,7 +114,8 @@ int ft_cmd_serve(int argc, char **argv) {
         .model = mp,
         .n_ctx = n_ctx,
         .n_batch = n_batch,
-        .cache_slots = slots,
+        .parallel = parallel,
+        .cache_mib = cache_mib,
         .no_prefix_cache = no_prefix_cache,
         .metrics_default = metrics,
         .api_key = api_key,

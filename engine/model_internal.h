@@ -170,6 +170,17 @@ struct ft_kv_cache {
     int32_t n_free;
     int32_t *pending;   /* max_seqs: lengths after the batch being validated, else -1 */
     int32_t *touched;   /* max_seqs: the sequences a batch touches */
+    /* Sharing (include/ft/model.h): per block, how many sequence tables
+     * list it and whether the prefix cache holds it. A cached block no
+     * sequence lists is idle: it sits in the LRU list (oldest at lru_head)
+     * and is evicted through `evict` when the free list runs dry. */
+    int32_t *seq_refs;
+    uint8_t *cached;
+    int32_t *lru_prev, *lru_next; /* -1 terminated */
+    int32_t lru_head, lru_tail;
+    int32_t n_idle;
+    ft_kv_evict_fn evict;
+    void *evict_ud;
 };
 
 /* Check a batch against the cache and reserve the blocks it needs; on

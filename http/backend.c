@@ -31,26 +31,51 @@ static char *dup_piece(const struct ft_tokenizer *tok, int32_t id) {
     return d;
 }
 
-/* The context per sequence: asked for, or the model's, capped so the KV
- * cache of every slot takes at most half of the available memory. */
-static int32_t choose_ctx(const struct ft_model *m, int32_t requested, int32_t slots) {
+/* The context per sequence and the number of parallel sequences: asked
+ * for (or the model's context), such that the KV pool (every parallel
+ * sequence at full context, plus the prefix cache's share) takes at most
+ * half of the available memory. Fewer parallel sequences first; the
+ * context shrinks only when even one does not fit. Each cap is logged. */
+static bool choose_sizes(const struct ft_model *m, int32_t requested_ctx, int32_t parallel, int32_t *cache_mib,
+                         int32_t *n_ctx_out, int32_t *parallel_out) {
     const struct ft_hparams *hp = ft_model_hparams(m);
     const double per_token = (double)ft_model_kv_bytes_per_token(m);
     long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     const double avail = (pages > 0 && page > 0) ? (double)pages * (double)page : 8.0 * (1 << 30);
-    int32_t n_ctx = requested > 0 ? requested : (hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096);
-    const double need = per_token * n_ctx * slots;
-    if (need > avail * 0.5) {
-        int32_t cap = (int32_t)(avail * 0.5 / (per_token * slots));
-        cap -= cap % FT_KV_BLOCK_TOKENS;
-        if (cap < FT_KV_BLOCK_TOKENS)
-            return 0;
-        FT_LOG_W("context capped to %d tokens: %d slots of %d tokens would need %.2f GiB of KV cache, %.2f GiB "
-                 "available (choose with -c and --cache-slots)",
-                 (int)cap, (int)slots, (int)n_ctx, need / (1 << 30), avail / (1 << 30));
-        n_ctx = cap;
+    const double budget = avail * 0.5;
+    double cache = (double)*cache_mib * (1 << 20);
+    if (cache > budget * 0.5) {
+        FT_LOG_W("prefix cache capped to %.0f MiB of KV: %d MiB asked, %.2f GiB available (choose with --cache-mib)",
+                 budget * 0.5 / (1 << 20), (int)*cache_mib, avail / (1 << 30));
+        *cache_mib = (int32_t)(budget * 0.5 / (1 << 20));
+        cache = (double)*cache_mib * (1 << 20);
     }
-    return n_ctx;
+    int32_t n_ctx = requested_ctx > 0 ? requested_ctx : (hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096);
+    /* a sequence's share of the pool: its blocks plus one for copy-on-write */
+    const double per_seq = per_token * FT_KV_BLOCK_TOKENS * ((n_ctx + FT_KV_BLOCK_TOKENS - 1) / FT_KV_BLOCK_TOKENS + 1);
+    if (per_seq * parallel + cache > budget) {
+        const int32_t fit = (int32_t)((budget - cache) / per_seq);
+        if (fit >= 1) {
+            FT_LOG_W("parallel requests capped to %d: %d of %d tokens would need %.2f GiB of KV cache, %.2f GiB "
+                     "available (choose with -np and -c)",
+                     (int)fit, (int)parallel, (int)n_ctx, (per_seq * parallel + cache) / (1 << 30),
+                     avail / (1 << 30));
+            parallel = fit;
+        } else {
+            int32_t cap = (int32_t)((budget - cache) / per_token) - 2 * FT_KV_BLOCK_TOKENS;
+            cap -= cap % FT_KV_BLOCK_TOKENS;
+            if (cap < FT_KV_BLOCK_TOKENS)
+                return false;
+            FT_LOG_W("one request at a time, context capped to %d tokens: %d tokens would need %.2f GiB of KV "
+                     "cache, %.2f GiB available (choose with -c)",
+                     (int)cap, (int)n_ctx, (per_seq + cache) / (1 << 30), avail / (1 << 30));
+            parallel = 1;
+            n_ctx = cap;
+        }
+    }
+    *n_ctx_out = n_ctx;
+    *parallel_out = parallel;
+    return true;
 }
 
 static char *read_small_file(const char *path, size_t *len, char *errbuf, size_t errcap) {
@@ -169,17 +194,19 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
     }
     if ((rc = load_template(b, cfg, errbuf, errcap)))
         goto fail;
-    const int32_t slots = cfg->cache_slots > 0 ? cfg->cache_slots : 1;
-    if (!(b->n_ctx = choose_ctx(b->model, cfg->n_ctx, slots))) {
+    int32_t cache_mib = cfg->no_prefix_cache ? 0 : FT_MAX(cfg->cache_mib, 0);
+    if (!choose_sizes(b->model, cfg->n_ctx, cfg->parallel > 0 ? cfg->parallel : 1, &cache_mib, &b->n_ctx,
+                      &b->n_parallel)) {
         rc = FT_ENOMEM;
         snprintf(errbuf, errcap, "not enough memory for any KV cache");
         goto fail;
     }
     const struct ft_scheduler_params sp = {
         .n_ctx = b->n_ctx,
-        .n_slots = slots,
+        .n_slots = b->n_parallel,
         .prefix_reuse = !cfg->no_prefix_cache,
         .n_batch = cfg->n_batch,
+        .cache_mib = cache_mib,
         .max_queue = cfg->max_queue,
         .on_event = on_event,
         .ud = ud,

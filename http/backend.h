@@ -22,6 +22,7 @@ struct ft_backend {
     char *eos_text;
     struct ft_scheduler *sched;
     int32_t n_ctx;
+    int32_t n_parallel; /* sequences at once, after the memory cap */
     int32_t n_vocab;
 };
 

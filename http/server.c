@@ -606,8 +606,8 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg) {
         event_base_loopbreak(s->base);
         return;
     }
-    fprintf(stderr, "ft serve: ready: %s, context %d tokens, %d cache slots, clock %s\n", s->model_id,
-            (int)s->backend->n_ctx, (int)(s->cfg->cache_slots > 0 ? s->cfg->cache_slots : 1), ft_clock_source());
+    fprintf(stderr, "ft serve: ready: %s, context %d tokens, %d parallel requests, clock %s\n", s->model_id,
+            (int)s->backend->n_ctx, (int)s->backend->n_parallel, ft_clock_source());
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg) {

@@ -99,23 +99,59 @@ struct ft_batch {
 
 /* KV cache: one pool of blocks of FT_KV_BLOCK_TOKENS tokens (F16 K and V of
  * every layer) for up to max_seqs sequences, each with its own block table.
- * The pool holds n_ctx tokens (rounded up to whole blocks) per sequence:
- * memory is about n_ctx * max_seqs * ft_model_kv_bytes_per_token(). A
- * sequence id is any value in 0..max_seqs-1; truncating returns its blocks
- * to the pool at once. */
+ * ft_kv_cache_new sizes the pool for n_ctx tokens (rounded up to whole
+ * blocks) per sequence: memory is about n_ctx * max_seqs *
+ * ft_model_kv_bytes_per_token(); ft_kv_cache_new_pool takes the block count.
+ * A sequence id is any value in 0..max_seqs-1; truncating returns its blocks
+ * to the pool at once.
+ *
+ * Sharing (the prefix cache): a block may be listed by several sequence
+ * tables (ft_kv_cache_seq_attach) and held by the prefix cache
+ * (ft_kv_cache_block_set_cached). A pass that writes into a partly filled
+ * block someone else also holds first copies it (copy-on-write), so shared
+ * rows never change. A cached block no sequence lists is idle: it stays
+ * valid, ordered least recently released first, and is evicted (the evict
+ * callback tells its holder) only when a pass needs blocks and the free
+ * list is empty. */
 #define FT_KV_BLOCK_TOKENS 16
 
 int ft_kv_cache_new(const struct ft_model *m, int32_t n_ctx, int32_t max_seqs,
                     struct ft_kv_cache **out);
+int ft_kv_cache_new_pool(const struct ft_model *m, int32_t n_ctx, int32_t max_seqs, int32_t n_blocks,
+                         struct ft_kv_cache **out);
 void ft_kv_cache_free(struct ft_kv_cache *kv); /* accepts NULL */
 /* Tokens currently held for a sequence (positions 0..len-1). */
 int32_t ft_kv_cache_seq_len(const struct ft_kv_cache *kv, int32_t seq);
-/* Drop positions >= pos of a sequence (0 clears it) and free its blocks. */
+/* Drop positions >= pos of a sequence (0 clears it) and release its blocks
+ * beyond: to the free list, or to the idle list when the prefix cache
+ * holds them. */
 void ft_kv_cache_seq_truncate(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
 int32_t ft_kv_cache_n_ctx(const struct ft_kv_cache *kv);     /* max tokens per sequence */
 int32_t ft_kv_cache_max_seqs(const struct ft_kv_cache *kv);
-int32_t ft_kv_cache_blocks_free(const struct ft_kv_cache *kv);
+int32_t ft_kv_cache_blocks_free(const struct ft_kv_cache *kv);  /* on the free list */
+int32_t ft_kv_cache_blocks_idle(const struct ft_kv_cache *kv);  /* cached, listed by no sequence */
 int32_t ft_kv_cache_blocks_total(const struct ft_kv_cache *kv);
+
+/* Block i (0 .. ceil(len / FT_KV_BLOCK_TOKENS) - 1) of a sequence's table;
+ * -1 outside. */
+int32_t ft_kv_cache_seq_block(const struct ft_kv_cache *kv, int32_t seq, int32_t i);
+/* Start an empty sequence on existing blocks: its table becomes
+ * blocks[0..n) and its length len ((n-1) * FT_KV_BLOCK_TOKENS < len <=
+ * n * FT_KV_BLOCK_TOKENS, len <= n_ctx). Each block must be listed by a
+ * sequence or cached. FT_EINVAL (nothing changed) otherwise. */
+int ft_kv_cache_seq_attach(struct ft_kv_cache *kv, int32_t seq, const int32_t *blocks, int32_t n, int32_t len);
+/* Mark a block as held (or no longer held) by the prefix cache. Holding
+ * needs the block to be listed by a sequence (FT_EINVAL otherwise); letting
+ * go of an idle block frees it. */
+int ft_kv_cache_block_set_cached(struct ft_kv_cache *kv, int32_t block, bool cached);
+bool ft_kv_cache_block_is_cached(const struct ft_kv_cache *kv, int32_t block);
+/* References to a block from sequence tables (tests, statistics). */
+int32_t ft_kv_cache_block_seq_refs(const struct ft_kv_cache *kv, int32_t block);
+/* Called with the oldest idle block when a pass needs room; the callback
+ * must let go of it (ft_kv_cache_block_set_cached(kv, block, false)) and
+ * may let go of others. Without a callback the cache lets go itself. */
+typedef void (*ft_kv_evict_fn)(void *ud, int32_t block);
+void ft_kv_cache_set_evict(struct ft_kv_cache *kv, ft_kv_evict_fn fn, void *ud);
 
 /* Evaluate a batch. Positions of a sequence in the batch must continue its
  * cache (pos == current length, increasing by one); entries of different

@@ -1,15 +1,22 @@
-/* Prefix cache: reuse the KV of earlier requests when a new prompt starts
- * with the same tokens (a shared system prompt, a conversation that grew by
- * one turn, the same prompt again).
+/* Prefix cache: reuse the KV of earlier and running sequences when a new
+ * prompt starts with the same tokens (a shared system prompt, a
+ * conversation that grew by one turn, the same prompt again).
  *
- * Each slot is one sequence of the KV cache plus the list of tokens whose
- * KV it holds. A new prompt takes the slot with the longest common token
- * prefix (least recently used among ties and misses), the slot is truncated
- * to that prefix, and only the rest of the prompt is computed. At least one
- * prompt token is always left to compute so the request gets its logits.
+ * It holds KV blocks, not sequences. Every full block a sequence computes
+ * becomes a node keyed by a hash chain (the parent block's hash and the
+ * block's own tokens; a hit also compares the tokens and the parent), so
+ * the blocks of any cached sequence serve any later prompt with that
+ * prefix, while their first owner still runs or long after. A new prompt
+ * attaches the matching full blocks to its sequence (shared, counted in the
+ * KV cache) and then the block among the next candidates whose first rows
+ * match the most of the rest (the partial block of a finished sequence, or
+ * a full block whose end differs): the KV cache copies it on the first
+ * write, so a 40-token shared prompt reuses 40 tokens. At least one prompt
+ * token is always left to compute so the request gets its logits.
  *
- * Block-sharing between slots (several slots pointing at the same blocks,
- * DESIGN.md §5) is the next step; today a slot's prefix is reused in place.
+ * Cached blocks no sequence uses stay in the KV cache's idle list and are
+ * evicted oldest first when it needs room; evicting a block drops its node
+ * and every node that continues it (they could never match again).
  * Not thread-safe: the scheduler thread owns it with the KV cache. */
 #ifndef FT_PREFIX_CACHE_H
 #define FT_PREFIX_CACHE_H
@@ -21,25 +28,32 @@
 
 struct ft_prefix_cache;
 
-/* n_slots sequences (0..n_slots-1 of kv, which must hold at least that
- * many); reuse false makes every acquire start from an empty slot (the cache
- * off, for comparisons). */
-int ft_prefix_cache_new(struct ft_kv_cache *kv, int32_t n_slots, bool reuse, struct ft_prefix_cache **out);
-void ft_prefix_cache_free(struct ft_prefix_cache *pc); /* accepts NULL */
+/* Over all of kv's blocks and sequences; reuse false makes attach find
+ * nothing and keeps nothing (the cache off, for comparisons). Registers
+ * itself as kv's evict callback. */
+int ft_prefix_cache_new(struct ft_kv_cache *kv, bool reuse, struct ft_prefix_cache **out);
+/* Lets go of every cached block (they return to kv's free list unless a
+ * sequence still lists them). Accepts NULL. */
+void ft_prefix_cache_free(struct ft_prefix_cache *pc);
 
-/* Pick a slot for prompt[0..n) (n >= 1) and truncate its KV to the reused
- * prefix. Returns the sequence id; *n_cached (OUT) is the number of prompt
- * tokens whose KV is already there (< n). */
-int32_t ft_prefix_cache_acquire(struct ft_prefix_cache *pc, const int32_t *prompt, int32_t n,
-                                int32_t *n_cached /* OUT */);
+/* Start the empty sequence `seq` on the longest cached prefix of
+ * prompt[0..n) (n >= 1). Returns the number of prompt tokens whose KV it
+ * now holds (0 .. n-1). */
+int32_t ft_prefix_cache_attach(struct ft_prefix_cache *pc, int32_t seq, const int32_t *prompt, int32_t n);
 
-/* After a generation: the slot's KV holds a[0..na) followed by b[0..nb)
- * (the prompt and the generated tokens that were evaluated). If the KV
- * length disagrees, or on allocation failure, the slot is cleared. */
-void ft_prefix_cache_commit(struct ft_prefix_cache *pc, int32_t seq, const int32_t *a, int32_t na,
+/* After a forward pass: the KV of `seq` holds the tokens a[0..na) followed
+ * by b[0..nb) (the prompt and the generated tokens evaluated so far, or a
+ * prefix of them). Its newly completed blocks become cache nodes. */
+void ft_prefix_cache_update(struct ft_prefix_cache *pc, int32_t seq, const int32_t *a, int32_t na,
                             const int32_t *b, int32_t nb);
 
-/* Forget a slot and free its KV (after a failed generation). */
-void ft_prefix_cache_clear(struct ft_prefix_cache *pc, int32_t seq);
+/* The sequence is done: as update, plus its partly filled last block, then
+ * the sequence is cleared (its blocks stay only where cached). a == NULL
+ * (a failed generation) keeps nothing new. */
+void ft_prefix_cache_release(struct ft_prefix_cache *pc, int32_t seq, const int32_t *a, int32_t na,
+                             const int32_t *b, int32_t nb);
+
+/* Blocks the cache holds (in use by sequences or idle). */
+int32_t ft_prefix_cache_blocks(const struct ft_prefix_cache *pc);
 
 #endif

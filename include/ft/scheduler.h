@@ -9,9 +9,13 @@
  * text into its own queue and wakes its event loop); after FT_EVENT_DONE
  * the scheduler never touches the request again.
  *
- * Today one request generates at a time, in arrival order; continuous
- * batching over many sequences replaces the loop inside the scheduler
- * without changing this interface. */
+ * Continuous batching: up to n_slots sequences run at once. Each step is
+ * one forward pass over one batch that holds the next token of every
+ * decoding sequence plus prompt chunks of sequences still in prefill, up
+ * to n_batch tokens; queued requests join (first in, first out) at the
+ * next step when a slot is free, and finished or cancelled ones leave
+ * without holding up the others. The KV cache is a shared block pool with
+ * the prefix cache on top (include/ft/prefix_cache.h). */
 #ifndef FT_SCHEDULER_H
 #define FT_SCHEDULER_H
 
@@ -30,7 +34,7 @@ struct ft_request {
     int32_t n_prompt;
     struct ft_gen_params params;
     uint64_t received; /* ft_clock_ticks() when the request was received (body parsed) */
-    atomic_bool cancel; /* any thread may set it; the scheduler stops at the next token */
+    atomic_bool cancel; /* any thread may set it; the scheduler stops it at the next step */
     void *user;
 
     /* Filled by the scheduler before FT_EVENT_DONE; the submitter's after. */
@@ -50,10 +54,11 @@ enum ft_event { FT_EVENT_TEXT, FT_EVENT_DONE };
 typedef void (*ft_event_fn)(void *ud, struct ft_request *r, enum ft_event ev, const char *text, size_t len);
 
 struct ft_scheduler_params {
-    int32_t n_ctx;     /* tokens per sequence */
-    int32_t n_slots;   /* prefix-cache slots (KV sequences), >= 1 */
-    bool prefix_reuse; /* false: never reuse a prefix (for comparisons) */
-    int32_t n_batch;   /* prompt tokens per forward pass */
+    int32_t n_ctx;      /* tokens per sequence */
+    int32_t n_slots;    /* sequences generated at once (--parallel), >= 1 */
+    bool prefix_reuse;  /* false: never reuse a prefix (for comparisons) */
+    int32_t n_batch;    /* tokens per step (decode tokens plus prompt chunks) */
+    int32_t cache_mib;  /* KV pool beyond what n_slots full sequences need, kept for the prefix cache */
     int32_t max_queue; /* submitted requests waiting at most (FT_EFULL beyond) */
     ft_event_fn on_event;
     void *ud;
@@ -61,11 +66,14 @@ struct ft_scheduler_params {
 
 struct ft_scheduler;
 
-/* Allocates the KV cache and starts the thread. The model must outlive the
+/* Allocates the KV pool (n_slots * (ceil(n_ctx / FT_KV_BLOCK_TOKENS) + 1)
+ * blocks plus cache_mib of blocks, so running sequences never run out of
+ * blocks) and starts the thread. The model must outlive the
  * scheduler and not be used by anyone else meanwhile. */
 int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, struct ft_scheduler **out);
-/* Stops the thread: the running request and every queued one finish as
- * FT_FINISH_CANCELLED (each still gets FT_EVENT_DONE). Accepts NULL. */
+/* Stops the thread: the running requests and every queued one finish as
+ * FT_FINISH_CANCELLED (each still gets FT_EVENT_DONE, and is not touched
+ * after it). Accepts NULL. */
 void ft_scheduler_free(struct ft_scheduler *s);
 
 /* Queue a request. FT_EINVAL when the prompt does not fit the context,
@@ -76,7 +84,7 @@ int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r);
 struct ft_scheduler_stats {
     int32_t running;
     int32_t waiting;
-    double kv_usage; /* used KV blocks / all blocks */
+    double kv_usage; /* KV blocks not free (running sequences' and the prefix cache's) / all blocks */
 };
 /* Safe from any thread (values are published atomically). */
 void ft_scheduler_get_stats(struct ft_scheduler *s, struct ft_scheduler_stats *out);

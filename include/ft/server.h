@@ -16,8 +16,9 @@ struct ft_server_config {
     int port;                       /* 0: any free port (printed) */
     struct ft_model_params model;   /* threads and NUMA placement (-t, --numa) */
     int32_t n_ctx;                  /* <= 0: the model's, capped by memory */
-    int32_t n_batch;                /* prompt tokens per forward pass */
-    int32_t cache_slots;            /* prefix-cache slots (KV sequences) */
+    int32_t n_batch;                /* tokens per scheduler step (--batch-tokens) */
+    int32_t parallel;               /* requests generated at once (--parallel), capped by memory */
+    int32_t cache_mib;              /* KV memory kept for the prefix cache beyond the running requests' */
     bool no_prefix_cache;
     bool metrics_default;           /* --enable-performance-metrics */
     const char *api_key;            /* NULL: no authentication */

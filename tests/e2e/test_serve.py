@@ -654,7 +654,7 @@ def test_concurrent_requests_queue_in_order(srv_metrics):
         t.join()
     for r in results:
         check_metrics(r["metrics"], r["usage"])
-    # One request generates at a time: someone waited in the queue.
+    # Requests join the batch at the next step after they arrive: not all at the same moment.
     assert max(r["metrics"]["queue_time_ms"] for r in results) > min(r["metrics"]["queue_time_ms"] for r in results)
 
 
