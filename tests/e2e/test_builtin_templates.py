@@ -1,5 +1,6 @@
-"""Chat templates for models without tokenizer.chat_template: the built-in
-one per architecture (engine/chat_template.c), and `--chat-template NAME`.
+"""Chat templates for models without tokenizer.chat_template: "plain" by
+default (base models), and each family's built-in by `--chat-template NAME`
+(engine/chat_template.c).
 
 The synthetic models in ../shared/models have no template and the Llama
 SentencePiece vocabulary (no <|eot_id|>, so "llama" means Llama 2). Each
@@ -50,16 +51,23 @@ def chat_prompt_tokens(path, *args, cwd=None):
     return r["usage"]["prompt_tokens"], s.stderr()
 
 
+def test_plain_by_default():
+    path = model("llama-Q8_0")
+    n, err = chat_prompt_tokens(path)
+    assert "no tokenizer.chat_template (a base model): chat messages are sent as plain text" in err
+    assert n == token_count(path, "<s>Be brief.\n\nHello", add_bos=False)
+
+
 @pytest.mark.parametrize("name, builtin, text, template_writes_bos", [
     ("llama-Q8_0", "llama2", LLAMA2, True),
     ("qwen2-Q8_0", "chatml", CHATML, False),
     ("qwen3-F16", "chatml", CHATML, False),
     ("gemma3-Q8_0", "gemma", GEMMA, True),
 ])
-def test_builtin_for_architecture(name, builtin, text, template_writes_bos):
+def test_builtin_by_name(name, builtin, text, template_writes_bos):
     path = model(name)
-    n, err = chat_prompt_tokens(path)
-    assert f"using the built-in '{builtin}' template" in err
+    n, err = chat_prompt_tokens(path, "--chat-template", builtin)
+    assert "no tokenizer.chat_template" not in err
     assert n == token_count(path, text, add_bos=not template_writes_bos)
 
 
@@ -78,11 +86,11 @@ def test_chat_template_unknown_name(tmp_path):
     p = subprocess.run([ft_bin(), "serve", "-m", str(model("llama-Q8_0")), "--port", "0", "--chat-template",
                         "vicuna"], capture_output=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 1
-    assert b"vicuna: no such file, and no built-in template has that name (gemma, chatml" in p.stderr, p.stderr
+    assert b"vicuna: no such file, and no built-in template has that name (plain, gemma, chatml" in p.stderr, p.stderr
 
 
 def test_help_names_builtins():
     out = subprocess.run([ft_bin(), "serve", "--help"], capture_output=True, timeout=60).stdout.decode()
     line = next(l for l in out.splitlines() if "--chat-template" in l)
-    for name in ("gemma", "chatml", "llama3", "llama2", "mistral"):
+    for name in ("plain", "gemma", "chatml", "llama3", "llama2", "mistral"):
         assert name in line

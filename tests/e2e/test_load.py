@@ -87,7 +87,7 @@ def test_load_on_asan_build():
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("FT_MODEL", None)
-    s = serve_client.Server(asan, ["-m", str(TINY), "-c", "1024", "-t", "2", "--cache-slots", "2"], env=env)
+    s = serve_client.Server(asan, ["-m", str(TINY), "-c", "1024", "-t", "2", "--parallel", "2"], env=env)
     try:
         log = []
         levels = load_serve.run_load(s.host, s.port, [1, 2, 4], requests_per_level=6, max_tokens=8,

@@ -3,14 +3,13 @@
 capital of France?" gets "Paris", streamed and not, with the metrics object.
 
 That model is the pretrained (base) Gemma 3 270M, not the instruction-tuned
-one: its GGUF carries no tokenizer.chat_template, so the server uses its
-built-in "gemma" template, and a bare question in Gemma's chat format makes
-the base model repeat the question instead of answering (llama.cpp, fed the
-same 16 tokens, continues exactly the same way greedily). So the chat test
-shows the model one answered turn first, and the completions test asks the
-question as plain text; both must answer Paris. The rendering of the bare
-question is checked token for token against Gemma's Hugging Face template,
-written out by hand here."""
+one: its GGUF carries no tokenizer.chat_template. A base model was never
+trained on turn markers (in Gemma's chat format it repeats the question, as
+llama.cpp does fed the same tokens), so the server sends its chat messages
+as plain text (the built-in "plain" template), which the model continues
+with the answer. The rendering is checked token for token: <bos> and the
+question, nothing else. `--chat-template gemma` still gives Gemma's chat
+format, checked against its Hugging Face template written out by hand."""
 import os
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import serve_client  # noqa: E402
 openai = pytest.importorskip("openai")
 
 QUESTION = "What is the capital of France?"
+PLAIN_RENDERING = f"<bos>{QUESTION}"
 # google/gemma-3-270m-it's chat template for one user message plus the
 # generation prompt; <bos> is a token of its own.
 HF_RENDERING = f"<bos><start_of_turn>user\n{QUESTION}<end_of_turn>\n<start_of_turn>model\n"
@@ -38,7 +38,7 @@ def gemma(real_model):
     env.pop("FT_MODEL", None)
     if not (os.path.exists(DEFAULT_PATH) and os.path.samefile(real_model, DEFAULT_PATH)):
         env["FT_MODEL"] = real_model  # installed elsewhere: still no -m
-    s = serve_client.Server(ft_bin(), ["-c", "1024", "-t", "2", "--cache-slots", "2"], env=env)
+    s = serve_client.Server(ft_bin(), ["-c", "1024", "-t", "2", "--parallel", "2"], env=env)
     cl = openai.OpenAI(base_url=f"http://{s.host}:{s.port}/v1", api_key="none", max_retries=0, timeout=300)
     yield s, cl, cl.models.list().data[0].id, real_model
     assert s.stop() == 0, s.stderr()
@@ -72,26 +72,40 @@ def ask(cl, model, stream, **kw):
     return text, final.model_extra.get("metrics"), final.usage.model_dump(), first, total
 
 
+def prompt_tokens(path, text):
+    ids = subprocess.run([ft_bin(), "tokenize", "-m", path, "--parse-special"], input=text.encode(),
+                         capture_output=True, timeout=120, check=True).stdout.split()
+    assert ids[0] == b"2" and ids.count(b"2") == 1  # exactly one BOS
+    return len(ids)
+
+
+def one_token_chat(cl, model):
+    r = cl.chat.completions.create(model=model, messages=[{"role": "user", "content": QUESTION}], max_tokens=1,
+                                   temperature=0, extra_body={"performance_metrics": True})
+    check(r.model_extra["metrics"], r.usage.model_dump())
+    return r.usage.prompt_tokens
+
+
 def test_default_model_and_template(gemma):
     s, cl, model, path = gemma
     assert model == "gemma-3-270m-q4_k_m"
-    assert "built-in 'gemma' template" in s.stderr()
-    want = subprocess.run([ft_bin(), "tokenize", "-m", path, "--parse-special"], input=HF_RENDERING.encode(),
-                          capture_output=True, timeout=120, check=True).stdout.split()
-    assert want[0] == b"2" and want.count(b"2") == 1  # exactly one BOS
-    r = cl.chat.completions.create(model=model, messages=[{"role": "user", "content": QUESTION}], max_tokens=1,
-                                   temperature=0, extra_body={"performance_metrics": True})
-    assert r.usage.prompt_tokens == len(want) == 16
-    check(r.model_extra["metrics"], r.usage.model_dump())
+    assert "no tokenizer.chat_template (a base model): chat messages are sent as plain text" in s.stderr()
+    assert one_token_chat(cl, model) == prompt_tokens(path, PLAIN_RENDERING) == 8
+
+
+def test_gemma_template_by_name(real_model):
+    s = serve_client.Server(ft_bin(), ["-m", real_model, "-c", "256", "-t", "2", "--chat-template", "gemma"])
+    try:
+        cl = openai.OpenAI(base_url=f"http://{s.host}:{s.port}/v1", api_key="none", max_retries=0, timeout=300)
+        assert one_token_chat(cl, cl.models.list().data[0].id) == prompt_tokens(real_model, HF_RENDERING) == 16
+    finally:
+        assert s.stop() == 0, s.stderr()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_paris_chat(gemma, stream):
     _, cl, model, _ = gemma
-    msgs = [{"role": "user", "content": "What is the capital of Italy?"},
-            {"role": "assistant", "content": "The capital of Italy is Rome."},
-            {"role": "user", "content": QUESTION}]
-    text, metrics, usage, first, total = ask(cl, model, stream, messages=msgs)
+    text, metrics, usage, first, total = ask(cl, model, stream, messages=[{"role": "user", "content": QUESTION}])
     assert "Paris" in text, text
     check(metrics, usage, first, total)
 

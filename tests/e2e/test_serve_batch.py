@@ -31,16 +31,25 @@ SYSTEM = ("You are a careful assistant. Answer in short sentences, never use jar
           "because the people who read them are busy and read on small screens while they travel to work.")
 
 
+# The scalar kernels: a step of many rows would otherwise go through the
+# quantized GEMM, whose float rounding differs from the single-row vec_dot
+# a request alone gets, and the random-weight model's near-ties would flip.
+# What is tested here is the scheduler (no cross-talk between sequences, the
+# KV blocks they share), which the kernel level does not change.
+SAME_KERNELS = {"FT_ISA": "scalar"}
+
+
 @pytest.fixture(scope="module")
 def srv_batch():
-    s = Server(tiny_model(), "-c", "512", "-np", "8", "-b", "64", "--enable-performance-metrics")
+    s = Server(tiny_model(), "-c", "512", "-np", "8", "-b", "64", "--enable-performance-metrics", env=SAME_KERNELS)
     yield s
     assert s.stop() == 0, s.stderr()
 
 
 @pytest.fixture(scope="module")
 def srv_alone():
-    s = Server(tiny_model(), "-c", "512", "-np", "1", "--no-prefix-cache", "--enable-performance-metrics")
+    s = Server(tiny_model(), "-c", "512", "-np", "1", "--no-prefix-cache", "--enable-performance-metrics",
+               env=SAME_KERNELS)
     yield s
     assert s.stop() == 0, s.stderr()
 
