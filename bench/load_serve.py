@@ -58,6 +58,14 @@ QUESTIONS = [
 PROMPT_SENTENCES = {"short": 0, "medium": 8, "long": 40}
 
 
+def prompt_mix(text):
+    names = [x for x in text.split(",") if x]
+    bad = [x for x in names if x not in PROMPT_SENTENCES]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(sorted(PROMPT_SENTENCES))}, got {text!r}")
+    return names
+
+
 def make_requests(n, seed, max_tokens, prompt_sentences=None, tag=""):
     """n request specs, the same for the same seed: endpoint path, body,
     stream or not. `tag` goes into each prompt's first line only, so levels
@@ -260,6 +268,9 @@ def main():
     ap.add_argument("--url", help="use a running server at this loopback URL instead of starting one")
     ap.add_argument("--pid", type=positive(int), help="with --url: the server's process id, for its RSS")
     ap.add_argument("--seed", type=int, default=1, help="seed of the request mix (default 1)")
+    ap.add_argument("--prompts", type=prompt_mix, default=sorted(PROMPT_SENTENCES),
+                    help="prompt lengths in the mix, comma-separated: short (~15 tokens), medium (~150), "
+                         "long (~650) (default: all three)")
     ap.add_argument("--json-out", help="also write the results as JSON to this file")
     a = ap.parse_args()
 
@@ -291,7 +302,8 @@ def main():
         host, port, pid = server.host, server.port, server.pid
     try:
         levels = run_load(host, port, a.concurrency, a.requests_per_level, a.max_tokens, a.time_limit, a.seed,
-                          pid, log=lambda s: print(s, file=sys.stderr, flush=True))
+                          pid, prompt_sentences={k: PROMPT_SENTENCES[k] for k in a.prompts},
+                          log=lambda s: print(s, file=sys.stderr, flush=True))
     finally:
         if server and server.stop() != 0:
             print(f"load_serve: ft serve exited with {server.proc.returncode}:\n{server.stderr()}", file=sys.stderr)
