@@ -30,11 +30,6 @@
  * cache: vec_dot/GEMM time at 4 tokens Q4_0 1.5x but Q4_K 0.5x; at 8
  * tokens Q4_0 2.0x, Q4_K 1.6x, Q6_K 1.4x. */
 #define MIN_TOKENS 8
-/* Q6_K's portable unpacking costs as much as 21 tokens of its kernel
- * (ft-bench-kernels on Zen 3: pack 4.2% at 512 tokens, GEMM 74 GMAC/s,
- * vec_dot 27), so the GEMM only wins from about 12 tokens. It matters for
- * decode of several requests: Q6_K is the usual type of the output head. */
-#define MIN_TOKENS_Q6_K 16
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
@@ -163,6 +158,21 @@ KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
 
 FT_QG_PACK_W_PORTABLE(pack_w_, TR)
 
+/* 16 bytes at p + 16c of each of the 8 rows, transposed: t[j] holds
+ * dword 4c + j of rows 0..7 (rows 0..3 in the low lane, 4..7 high). */
+static inline void rows8_dwords4(const uint8_t *p, size_t w_row, __m256i t[4]) {
+    __m256i v[4];
+    for (int r = 0; r < 4; r++)
+        v[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)r * w_row))),
+                                       _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 4) * w_row)), 1);
+    const __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), c = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i e = _mm256_unpacklo_epi32(v[2], v[3]), f = _mm256_unpackhi_epi32(v[2], v[3]);
+    t[0] = _mm256_unpacklo_epi64(a, e);
+    t[1] = _mm256_unpackhi_epi64(a, e);
+    t[2] = _mm256_unpacklo_epi64(c, f);
+    t[3] = _mm256_unpackhi_epi64(c, f);
+}
+
 /* Q4_0 by transposes: a batch of a few tokens (decode of several requests)
  * spends as long unpacking the weights as multiplying them, and the
  * portable packer moves 4 bytes at a time. Here each row's 16 quant bytes
@@ -179,28 +189,59 @@ static void pack_w_q4_0_fast(const void *w, size_t w_row, int n_rows, int64_t k,
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / 32; b++, o += sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
-        __m256i v[4];
+        __m256i t[4];
+        rows8_dwords4(p + 2, w_row, t);
         uint16_t d[TR];
-        for (int r = 0; r < 4; r++) {
-            const uint8_t *lo = p + (size_t)r * w_row, *hi = p + (size_t)(r + 4) * w_row;
-            v[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(lo + 2))),
-                                           _mm_loadu_si128((const __m128i *)(hi + 2)), 1);
-            memcpy(&d[r], lo, 2);
-            memcpy(&d[r + 4], hi, 2);
-        }
-        /* lane l of v[r] holds row r + 4l; after the transpose, t[j] holds
-         * dword j of rows 0..3 (low lane) and 4..7 (high lane) */
-        const __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), c = _mm256_unpackhi_epi32(v[0], v[1]);
-        const __m256i e = _mm256_unpacklo_epi32(v[2], v[3]), f = _mm256_unpackhi_epi32(v[2], v[3]);
-        const __m256i t[4] = {_mm256_unpacklo_epi64(a, e), _mm256_unpackhi_epi64(a, e), _mm256_unpacklo_epi64(c, f),
-                              _mm256_unpackhi_epi64(c, f)};
+        for (int r = 0; r < TR; r++)
+            memcpy(&d[r], p + (size_t)r * w_row, 2);
         for (int j = 0; j < 4; j++) {
             _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), _mm256_and_si256(t[j], m4));
             _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 + j)),
                                 _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
         }
-        /* the lanes hold rows 0..3 | 4..7, so d[] is in row order */
         _mm256_storeu_ps((float *)(void *)(o + 32 * TR), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d)));
+    }
+}
+
+/* Q6_K the same way (the usual type of the output head, which decode of
+ * several requests multiplies through the GEMM): element 128h + 32k + l is
+ * nibble k/2 of ql[64h + 32(k&1) + l] with bits 2k.. of qh[32h + l] on top. */
+static void pack_w_q6_K_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (n_rows < TR) {
+        pack_w_q6_K(w, w_row, n_rows, k, tile);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    const size_t sb = ft_qg_sb_bytes(TR, 16, 0);
+    uint8_t *o = tile;
+    float S[16];
+    for (int64_t b = 0; b < k / FT_QK_K; b++, o += 16 * sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q6_K);
+        for (int r = 0; r < TR; r++) {
+            ft_qg_scales_q6_K(p + (size_t)r * w_row, S, NULL);
+            for (int sub = 0; sub < 16; sub++)
+                memcpy(o + (size_t)sub * sb + 16 * TR + 4 * r, &S[sub], 4);
+        }
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 2; c++) { /* l0 = 16c + 4j */
+                __m256i la[4], lb[4], qh[4];
+                rows8_dwords4(p + 64 * h + 16 * c, w_row, la);
+                rows8_dwords4(p + 64 * h + 32 + 16 * c, w_row, lb);
+                rows8_dwords4(p + 128 + 32 * h + 16 * c, w_row, qh);
+                for (int j = 0; j < 4; j++) {
+                    const __m256i q[4] = {
+                        _mm256_or_si256(_mm256_and_si256(la[j], m4), _mm256_slli_epi16(_mm256_and_si256(qh[j], m3), 4)),
+                        _mm256_or_si256(_mm256_and_si256(lb[j], m4),
+                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[j], 2), m3), 4)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la[j], 4), m4),
+                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[j], 4), m3), 4)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb[j], 4), m4),
+                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh[j], 6), m3), 4))};
+                    /* element 128h + 32kk + 16c + 4j: sub-block 8h + 2kk + c, group j */
+                    for (int kk = 0; kk < 4; kk++)
+                        _mm256_storeu_si256((__m256i *)(void *)(o + (size_t)(8 * h + 2 * kk + c) * sb + 32 * j), q[kk]);
+                }
+            }
     }
 }
 
@@ -226,12 +267,11 @@ SIZES(size_k32_mins, 32, 256, 1)
 SIZES(size_k16_mins, 16, 256, 1)
 SIZES(size_k16_offset, 16, 256, 0)
 
-#define ENTRY_MIN(T, ACT, SZ, PW, PA, KER, MIN)                                                  \
+#define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
     static const struct ft_qgemm g_##T = {                                                               \
         .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
-        .min_tokens = MIN, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA,     \
+        .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
         .kernel = KER};
-#define ENTRY(T, ACT, SZ, PW, PA, KER) ENTRY_MIN(T, ACT, SZ, PW, PA, KER, MIN_TOKENS)
 ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
 ENTRY(Q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
@@ -241,7 +281,7 @@ ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
-ENTRY_MIN(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset, MIN_TOKENS_Q6_K)
+ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K_fast, pack_a_q6_K, kernel_k16_offset)
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
     t[FT_TYPE_Q8_0] = &g_Q8_0;
