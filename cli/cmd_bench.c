@@ -224,7 +224,8 @@ int ft_cmd_bench(int argc, char **argv) {
         {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the detected hardware (as ft info --hw) and exit"},
     };
     const struct ft_cmd_spec spec = {
-        "bench", "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2] [-o md|csv|json]",
+        "bench",
+        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2] [-o md|csv|json]",
         "Measures prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a time)\n"
         "throughput in tokens/s, mean ± standard deviation over the repetitions after a warm-up, as\n"
         "llama-bench does; one row per model x threads x depth x test. With -d D a test starts with D\n"

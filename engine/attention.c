@@ -289,7 +289,7 @@ void ft_attention_run(struct ft_threadpool *pool, const struct ft_attn_job *job)
     const bool want_split =
         job->split == FT_ATTN_SPLIT_ALWAYS ||
         (job->split == FT_ATTN_SPLIT_AUTO && nth > 1 && t.n_items < (int64_t)FT_ATTN_SPLIT_FACTOR * nth);
-    if (want_split && fk->attention_splits && job->parts && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
+    if (want_split && fk->attention_splits && job->parts && job->n_rows > 0 && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
         plan_split(job, nth, &t.plan)) {
         t.split = true;
         t.n_items = (int64_t)t.plan.chunk0[t.plan.n_segs] * job->n_head_kv;
