@@ -149,12 +149,15 @@ static uint64_t stddev_ns(const struct bench_result *r) {
 }
 
 void bench_test_name(const struct bench_result *r, char *buf, size_t cap) {
+    int n;
     if (r->n_prompt > 0 && r->n_gen == 0)
-        snprintf(buf, cap, "pp%d", r->n_prompt);
+        n = snprintf(buf, cap, "pp%d", r->n_prompt);
     else if (r->n_gen > 0 && r->n_prompt == 0)
-        snprintf(buf, cap, "tg%d", r->n_gen);
+        n = snprintf(buf, cap, "tg%d", r->n_gen);
     else
-        snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
+        n = snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
+    if (r->n_depth > 0 && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " @ d%d", r->n_depth);
 }
 
 /* ---- formats -------------------------------------------------------------------- */
@@ -225,7 +228,7 @@ static void fill_fields(const struct bench_result *r, struct field *fl, char *te
         {"numa", F_STR, r->numa, 0, 0},
         {"n_prompt", F_INT, NULL, r->n_prompt, 0},
         {"n_gen", F_INT, NULL, r->n_gen, 0},
-        {"n_depth", F_INT, NULL, 0, 0},
+        {"n_depth", F_INT, NULL, r->n_depth, 0},
         {"test", F_STR, test, 0, 0},
         {"test_time", F_STR, r->test_time, 0, 0},
         {"avg_ns", F_INT, NULL, (long long)avg_ns(r), 0},

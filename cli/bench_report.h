@@ -32,6 +32,7 @@ struct bench_result {
     const char *cpu_info; /* CPU brand string */
     const char *numa;     /* "off", ... */
     int n_threads, n_batch, n_prompt, n_gen;
+    int n_depth;        /* tokens in the KV cache before the test (llama-bench -d) */
     char test_time[32]; /* ISO 8601, UTC, when the test started */
     int n_samples;
     const uint64_t *samples_ns; /* one per repetition, after the warm-up */
@@ -44,7 +45,7 @@ void bench_model_describe(const struct ft_gguf *g, const char *arch, struct benc
 double bench_avg_ts(const struct bench_result *r);
 double bench_stddev_ts(const struct bench_result *r);
 
-/* "pp512", "tg128" or "pp512+tg128". */
+/* "pp512", "tg128" or "pp512+tg128", with " @ d4096" at a depth (llama-bench's names). */
 void bench_test_name(const struct bench_result *r, char *buf, size_t cap);
 
 int bench_format_parse(const char *s, enum bench_format *out); /* -1: unknown */

@@ -7,11 +7,16 @@
  *        token is BOS when the vocabulary adds one, the rest random ids.
  *   tgN  N tokens evaluated one at a time from an empty cache (BOS first),
  *        each forward pass producing logits, the next id random.
+ *   "@ dD" (-d D, llama-bench's n_depth): the test runs after D tokens are
+ *        already in the KV cache (a prompt of D, evaluated untimed once per
+ *        test; each repetition truncates the cache back to D), so decode
+ *        and prefill at a long context can be measured.
  *
  * Each test runs once as a warm-up (the whole ppN; one token for tgN), then
- * -r times from an empty KV cache sized n_prompt + n_gen; every repetition
- * gives tokens/s = (n_prompt + n_gen) / time, reported as mean ± sample
- * standard deviation. Token ids come from a seeded generator (--seed), so
+ * -r times from a KV cache sized n_depth + n_prompt + n_gen holding the
+ * depth's tokens; every repetition gives tokens/s = (n_prompt + n_gen) /
+ * time (the depth is not counted), reported as mean ± sample standard
+ * deviation. Token ids come from a seeded generator (--seed), so
  * runs evaluate the same tokens. Models are loaded once per thread count
  * (the thread pool belongs to the model). */
 #include "args.h"
@@ -65,13 +70,14 @@ static int32_t random_token(struct bench_run *b) {
     return (int32_t)(z % (uint64_t)b->n_vocab);
 }
 
-/* llama-bench's test_prompt: n_prompt tokens in batches of n_batch. */
-static int run_prompt(struct bench_run *b, int n_prompt) {
+/* llama-bench's test_prompt: n_prompt tokens in batches of n_batch, from
+ * position start (BOS first at position 0). */
+static int run_prompt(struct bench_run *b, int start, int n_prompt) {
     for (int done = 0; done < n_prompt;) {
         const int n = FT_MIN(n_prompt - done, b->n_batch);
         for (int i = 0; i < n; i++) {
-            b->tokens[i] = (done == 0 && i == 0 && b->add_bos) ? b->bos : random_token(b);
-            b->pos[i] = done + i;
+            b->pos[i] = start + done + i;
+            b->tokens[i] = (b->pos[i] == 0 && b->add_bos) ? b->bos : random_token(b);
         }
         const struct ft_batch batch = {.n_tokens = n, .token = b->tokens, .pos = b->pos, .seq_id = b->seq};
         int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
@@ -82,11 +88,11 @@ static int run_prompt(struct bench_run *b, int n_prompt) {
     return 0;
 }
 
-/* llama-bench's test_gen: n_gen single-token passes from position 0. */
-static int run_gen(struct bench_run *b, int n_gen) {
-    int32_t token = b->add_bos ? b->bos : random_token(b);
+/* llama-bench's test_gen: n_gen single-token passes from position start. */
+static int run_gen(struct bench_run *b, int start, int n_gen) {
+    int32_t token = start == 0 && b->add_bos ? b->bos : random_token(b);
     for (int i = 0; i < n_gen; i++) {
-        const int32_t pos = i;
+        const int32_t pos = start + i;
         const struct ft_batch batch = {.n_tokens = 1, .token = &token, .pos = &pos, .seq_id = b->seq};
         int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
         if (rc)
@@ -125,7 +131,8 @@ static void progress_clear(const struct bench_progress *p) {
     }
 }
 
-/* One ppN or tgN test: warm-up, then `reps` timed runs from an empty cache. */
+/* One ppN or tgN test: the depth's tokens, a warm-up, then `reps` timed
+ * runs from the cache truncated back to the depth. */
 static int run_test(struct bench_run *b, struct bench_result *r, bool warmup, int reps, uint64_t *samples,
                     const struct bench_progress *pr) {
     char test[32];
@@ -135,26 +142,32 @@ static int run_test(struct bench_run *b, struct bench_result *r, bool warmup, in
     gmtime_r(&now, &tm);
     strftime(r->test_time, sizeof(r->test_time), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
-    int rc = ft_kv_cache_new(b->m, r->n_prompt + r->n_gen, 1, &b->kv);
+    const int d = r->n_depth;
+    int rc = ft_kv_cache_new(b->m, d + r->n_prompt + r->n_gen, 1, &b->kv);
     if (rc)
         return rc;
+    if (d > 0) {
+        progress(pr, test, "depth", 0, 0);
+        if ((rc = run_prompt(b, 0, d)))
+            goto done;
+    }
     if (warmup) {
         progress(pr, test, "warm-up", 0, 0);
-        if (r->n_prompt > 0 && (rc = run_prompt(b, r->n_prompt)))
+        if (r->n_prompt > 0 && (rc = run_prompt(b, d, r->n_prompt)))
             goto done;
         if (r->n_gen > 0) {
-            ft_kv_cache_seq_truncate(b->kv, 0, 0);
-            if ((rc = run_gen(b, 1)))
+            ft_kv_cache_seq_truncate(b->kv, 0, d);
+            if ((rc = run_gen(b, d, 1)))
                 goto done;
         }
     }
     for (int i = 0; i < reps; i++) {
         progress(pr, test, "run", i + 1, reps);
-        ft_kv_cache_seq_truncate(b->kv, 0, 0);
+        ft_kv_cache_seq_truncate(b->kv, 0, d);
         const uint64_t t0 = now_ns();
-        if (r->n_prompt > 0 && (rc = run_prompt(b, r->n_prompt)))
+        if (r->n_prompt > 0 && (rc = run_prompt(b, d, r->n_prompt)))
             goto done;
-        if (r->n_gen > 0 && (rc = run_gen(b, r->n_gen)))
+        if (r->n_gen > 0 && (rc = run_gen(b, d, r->n_gen)))
             goto done;
         samples[i] = now_ns() - t0;
     }
@@ -189,7 +202,7 @@ static int default_threads(void) { return ft_hw_n_cores(); }
 
 int ft_cmd_bench(int argc, char **argv) {
     struct ft_str_list models = {0};
-    const char *p_s = "512", *n_s = "128", *t_s = NULL, *numa = "off", *fmt_s = "md";
+    const char *p_s = "512", *n_s = "128", *d_s = "0", *t_s = NULL, *numa = "off", *fmt_s = "md";
     int reps = 5, n_batch = 2048, numa_node = -1;
     uint64_t seed = 1;
     bool no_warmup = false, hw = false, use_mmap = false;
@@ -197,6 +210,8 @@ int ft_cmd_bench(int argc, char **argv) {
         {"-m", "--model", FT_OPT_STR_LIST, &models, "FILE", "GGUF model (repeatable; default: $FT_MODEL or Gemma 3 270M)"},
         {"-p", "--n-prompt", FT_OPT_STR, &p_s, "N[,N..]", "prompt lengths of the ppN tests (default 512; 0 = none)"},
         {"-n", "--n-gen", FT_OPT_STR, &n_s, "N[,N..]", "generated tokens of the tgN tests (default 128; 0 = none)"},
+        {"-d", "--n-depth", FT_OPT_STR, &d_s, "N[,N..]",
+         "tokens already in the KV cache when each test starts (default 0), rows \"tg128 @ d4096\""},
         {"-t", "--threads", FT_OPT_STR, &t_s, "N[,N..]", "thread counts (default: one per core)"},
         {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
@@ -209,11 +224,13 @@ int ft_cmd_bench(int argc, char **argv) {
         {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the detected hardware (as ft info --hw) and exit"},
     };
     const struct ft_cmd_spec spec = {
-        "bench", "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-r 5] [-t 1,2] [-o md|csv|json]",
+        "bench",
+        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2] [-o md|csv|json]",
         "Measures prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a time)\n"
         "throughput in tokens/s, mean ± standard deviation over the repetitions after a warm-up, as\n"
-        "llama-bench does; one row per model x threads x test. JSON and CSV use llama-bench's field names.\n"
-        "Progress goes to stderr when it is a terminal.",
+        "llama-bench does; one row per model x threads x depth x test. With -d D a test starts with D\n"
+        "tokens already in the KV cache (not timed): \"tg128 @ d4096\" is decode at a 4096-token context.\n"
+        "JSON and CSV use llama-bench's field names (n_depth too). Progress goes to stderr when it is a terminal.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
     const char *pos[1];
     int n_pos;
@@ -224,12 +241,15 @@ int ft_cmd_bench(int argc, char **argv) {
     if (hw)
         return ft_hw_report(stdout) == 0 ? 0 : 1;
     const int n_default_threads = default_threads();
-    int prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
+    int prompts[BENCH_MAX_LIST], gens[BENCH_MAX_LIST], depths[BENCH_MAX_LIST], threads[BENCH_MAX_LIST];
     int n_prompts = parse_list("-p", p_s, 0, BENCH_MAX_TOKENS, prompts);
     if (n_prompts < 0)
         return 2;
     int n_gens = parse_list("-n", n_s, 0, BENCH_MAX_TOKENS, gens);
     if (n_gens < 0)
+        return 2;
+    int n_depths = parse_list("-d", d_s, 0, BENCH_MAX_TOKENS, depths);
+    if (n_depths < 0)
         return 2;
     int n_threads_list = 1;
     threads[0] = n_default_threads;
@@ -313,8 +333,10 @@ int ft_cmd_bench(int argc, char **argv) {
             struct bench_progress pr = base_pr;
             pr.model = path;
             pr.n_threads = threads[ti];
-            /* llama-bench's order: every ppN, then every tgN. */
-            for (int k = 0; k < n_prompts + n_gens && status == 0; k++) {
+            /* llama-bench's order: per depth, every ppN, then every tgN. */
+            for (int k = 0; k < n_depths * (n_prompts + n_gens) && status == 0; k++) {
+                const int depth = depths[k / (n_prompts + n_gens)];
+                const int kt = k % (n_prompts + n_gens);
                 struct bench_result res = {
                     .model_filename = path,
                     .model = &info,
@@ -323,8 +345,9 @@ int ft_cmd_bench(int argc, char **argv) {
                     .numa = numa,
                     .n_threads = threads[ti],
                     .n_batch = n_batch,
-                    .n_prompt = k < n_prompts ? prompts[k] : 0,
-                    .n_gen = k < n_prompts ? 0 : gens[k - n_prompts],
+                    .n_prompt = kt < n_prompts ? prompts[kt] : 0,
+                    .n_gen = kt < n_prompts ? 0 : gens[kt - n_prompts],
+                    .n_depth = depth,
                 };
                 if (res.n_prompt == 0 && res.n_gen == 0)
                     continue;

@@ -1,6 +1,6 @@
 /* Shared transformer blocks the architecture files compose: embedding,
- * RMS norm, RoPE, KV store and attention
- * with GQA and sliding windows, gated MLP, the output head.
+ * RMS norm, RoPE, KV store, gated MLP, the output head (attention is
+ * engine/attention.c).
  *
  * Matmul follows ggml so results agree with llama.cpp's: weights stay in
  * their GGUF type; each activation row is converted once to the weight
@@ -25,7 +25,6 @@
 #include "model_internal.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 bool ft_layer_is_swa(const struct ft_hparams *hp, int il) {
@@ -252,133 +251,6 @@ void ft_blk_keep_out_rows(struct ft_fwd *f) {
     f->n_rows = f->n_out;
     /* the matmuls after this see only the kept rows, as llama.cpp's do */
     count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
-}
-
-/* Attention work items: (block of up to attn_rows consecutive rows, KV
- * head), handed out through an atomic counter latest rows first (they have
- * the most keys), so two threads stay busy on a causal prefill whose rows
- * differ 512-fold in cost, and on decode the KV heads spread over threads.
- * A block whose rows belong to several sequences is cut where the sequence
- * changes: one kernel call reads one sequence's cache. */
-struct attn_task {
-    struct ft_fwd *f;
-    int il;
-    float scale;
-    int32_t window;
-    int rows;          /* rows per block */
-    int64_t n_items;
-    atomic_int_fast64_t next;
-};
-
-static void attn_run(void *ctx, int ith, int nth) {
-    struct attn_task *t = ctx;
-    const struct ft_fwd *f = t->f;
-    const struct ft_hparams *hp = &f->m->hp;
-    const struct ft_kv_cache *kv = f->kv;
-    const struct ft_float_kernels *fk = ft_float_kernels();
-    const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
-    const int64_t n_blocks = (f->n_rows + t->rows - 1) / t->rows;
-    void *scratch = f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride;
-    int32_t p0[FT_ATTN_MAX_ROWS], p1[FT_ATTN_MAX_ROWS];
-    (void)nth;
-
-    for (;;) {
-        const int64_t it = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (it >= t->n_items)
-            break;
-        const int64_t b = n_blocks - 1 - it / hp->n_head_kv;
-        const int32_t kvh = (int32_t)(it % hp->n_head_kv);
-        const int32_t r_end = (int32_t)FT_MIN(f->n_rows, (b + 1) * t->rows);
-        for (int32_t r0 = (int32_t)(b * t->rows); r0 < r_end;) {
-            const int32_t seq = f->s->row_seq[r0];
-            int32_t r1 = r0;
-            for (; r1 < r_end && f->s->row_seq[r1] == seq; r1++) {
-                const int32_t pos = f->s->row_pos[r1];
-                /* llama.cpp masks key j of a sliding-window layer when pos - j >= window. */
-                p0[r1 - r0] = t->window > 0 ? FT_MAX(0, pos - t->window + 1) : 0;
-                p1[r1 - r0] = pos;
-            }
-            const struct ft_attn_kv a = {
-                .k = kv->k[t->il] + (int64_t)kvh * hp->head_dim_k,
-                .v = kv->v[t->il] + (int64_t)kvh * hp->head_dim_v,
-                .blocks = kv->seqs[seq].blocks,
-                .block_tokens = FT_KV_BLOCK_TOKENS,
-                .k_row = kv->k_row,
-                .v_row = kv->v_row,
-            };
-            const int64_t q_row = (int64_t)hp->n_head * hp->head_dim_k;
-            const int64_t o_row = (int64_t)hp->n_head * hp->head_dim_v;
-            const struct ft_attn_rows rows = {
-                .q = f->s->q + r0 * q_row + (int64_t)kvh * group * hp->head_dim_k,
-                .q_row = q_row,
-                .out = f->s->att + r0 * o_row + (int64_t)kvh * group * hp->head_dim_v,
-                .out_row = o_row,
-                .n_rows = r1 - r0,
-                .n_heads = group,
-                .p0 = p0,
-                .p1 = p1,
-            };
-            fk->attention(&rows, hp->head_dim_k, hp->head_dim_v, t->scale, &a, scratch);
-            r0 = r1;
-        }
-    }
-}
-
-/* The reference path (levels without an attention kernel of their own):
- * one (row, head) item at a time through ft_attention_ref, or
- * ft_attention_tiled_ref where llama.cpp's CPU flash attention switches to
- * its tiled algorithm, so the logits equal llama.cpp's (simd/ops_ref.c). */
-static void attn_run_ref(void *ctx, int ith, int nth) {
-    struct attn_task *t = ctx;
-    const struct ft_fwd *f = t->f;
-    const struct ft_hparams *hp = &f->m->hp;
-    const struct ft_kv_cache *kv = f->kv;
-    const int64_t n_items = (int64_t)f->n_rows * hp->n_head;
-    const int64_t i0 = n_items * ith / nth;
-    const int64_t i1 = n_items * (ith + 1) / nth;
-    const int32_t group = hp->n_head / hp->n_head_kv; /* query heads per KV head */
-    float *tmp = (float *)(f->s->attn_scratch + (size_t)ith * f->s->attn_scratch_stride);
-
-    for (int64_t it = i0; it < i1; it++) {
-        const int32_t r = (int32_t)(it / hp->n_head);
-        const int32_t h = (int32_t)(it % hp->n_head);
-        const int32_t kvh = h / group;
-        const int32_t pos = f->s->row_pos[r];
-        const struct ft_attn_kv a = {
-            .k = kv->k[t->il] + (int64_t)kvh * hp->head_dim_k,
-            .v = kv->v[t->il] + (int64_t)kvh * hp->head_dim_v,
-            .blocks = kv->seqs[f->s->row_seq[r]].blocks,
-            .block_tokens = FT_KV_BLOCK_TOKENS,
-            .k_row = kv->k_row,
-            .v_row = kv->v_row,
-        };
-        /* llama.cpp masks key j of a sliding-window layer when pos - j >= window. */
-        const int32_t p0 = t->window > 0 ? FT_MAX(0, pos - t->window + 1) : 0;
-        const float *q = f->s->q + ((int64_t)r * hp->n_head + h) * hp->head_dim_k;
-        float *out = f->s->att + ((int64_t)r * hp->n_head + h) * hp->head_dim_v;
-        /* ggml's CPU flash attention switches algorithm (and numerics) on
-         * the number of query rows -- all of them, also in the last layer
-         * where we only keep the rows that want logits */
-        if (f->s->row_att_n[r] >= FT_ATTN_TILE && hp->head_dim_v % 16 == 0)
-            ft_attention_tiled_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
-        else
-            ft_attention_ref(q, hp->head_dim_k, hp->head_dim_v, t->scale, &a, p0, pos, out, tmp);
-    }
-}
-
-int ft_attn_rows_per_block(const struct ft_hparams *hp) {
-    /* Up to 32 query vectors of <= 128 dims share each widened K/V tile and
-     * stay in L1 with it; wider heads take fewer rows. */
-    return hp->head_dim_k <= 128 && hp->head_dim_v <= 128 ? FT_ATTN_MAX_ROWS : FT_ATTN_MAX_ROWS / 2;
-}
-
-void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
-    const struct ft_hparams *hp = &f->m->hp;
-    struct attn_task t = {f, il, kq_scale, window, ft_attn_rows_per_block(hp), 0, 0};
-    t.n_items = (f->n_rows + t.rows - 1) / t.rows * hp->n_head_kv;
-    atomic_init(&t.next, 0);
-    ft_threadpool_run(f->m->pool, ft_float_kernels()->attention == ft_attention_rows_ref ? attn_run_ref : attn_run,
-                      &t);
 }
 
 /* ---- MLP and output ------------------------------------------------------------ */

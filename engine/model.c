@@ -13,6 +13,7 @@
  * tokens with scratch buffers that are reused across calls. One forward at
  * a time per model: the scratch and the thread pool belong to the model
  * (the scheduler thread owns both). */
+#include "attention.h"
 #include "model_internal.h"
 
 #include "ft/gguf.h"
@@ -308,6 +309,7 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_att_i);
     free(s->row_gemv);
     free(s->attn_scratch);
+    free(s->attn_parts);
     memset(s, 0, sizeof(*s));
 }
 
@@ -443,19 +445,11 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
         goto fail;
     /* Per-thread attention scratch does not depend on the batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);
-    /* Sized for every kernel level, since the level may be forced later;
-     * and for the reference path (attn_run_ref in blocks.c): dk + dv floats
-     * for ft_attention_ref or FT_ATTN_TILE floats for ft_attention_tiled_ref. */
-    size_t attn = FT_MAX((size_t)m->hp.head_dim_k + (size_t)m->hp.head_dim_v, (size_t)FT_ATTN_TILE) * sizeof(float);
-    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
-        const struct ft_float_kernels *fk = ft_float_kernels_isa((enum ft_isa)isa);
-        if (fk)
-            attn = FT_MAX(attn, fk->attention_scratch(ft_attn_rows_per_block(&m->hp), m->hp.n_head / m->hp.n_head_kv,
-                                                      m->hp.head_dim_k, m->hp.head_dim_v));
-    }
-    m->s.attn_scratch_stride = (attn + 63) & ~(size_t)63;
+    m->s.attn_scratch_stride = ft_attention_scratch_size(ft_attn_rows_per_block(&m->hp), m->hp.n_head,
+                                                         m->hp.n_head_kv, m->hp.head_dim_k, m->hp.head_dim_v);
     m->s.attn_scratch = malloc((size_t)nth * m->s.attn_scratch_stride);
-    if (!m->s.attn_scratch) {
+    m->s.attn_parts = aligned_alloc(64, ft_attention_parts_size(m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim_v, nth));
+    if (!m->s.attn_scratch || !m->s.attn_parts) {
         rc = FT_ENOMEM;
         FT_LOG_E("out of memory");
         goto fail;

@@ -124,6 +124,7 @@ struct ft_scratch {
     uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
     char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
     size_t attn_scratch_stride;
+    void *attn_parts;   /* split-KV parts of attention (engine/attention.h) */
 };
 
 struct ft_model {
@@ -271,11 +272,11 @@ void ft_blk_kv_store(struct ft_fwd *f, int il);
 void ft_blk_rows_init(struct ft_fwd *f);
 /* Keep only the rows that want logits in x and q (and their positions). */
 void ft_blk_keep_out_rows(struct ft_fwd *f);
-/* Rows of a block of the attention kernel (engine/blocks.c). */
+/* Rows of a block of the attention kernel (engine/attention.c). */
 #define FT_ATTN_MAX_ROWS 8
 int ft_attn_rows_per_block(const struct ft_hparams *hp);
 /* att = attention of q over the cache of layer il; window > 0 limits it
- * to the last `window` positions (sliding-window layers). */
+ * to the last `window` positions (sliding-window layers). engine/attention.c */
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
 /* x += y over n_rows rows of width. */
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);

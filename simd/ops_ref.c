@@ -394,3 +394,27 @@ void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv,
             ft_attention_ref(a->q + i * a->q_row + h * dk, dk, dv, scale, kv, a->p0[i], a->p1[i],
                              a->out + i * a->out_row + h * dv, scratch);
 }
+
+void ft_attention_merge(const float *acc, int64_t acc_stride, const float *m, const float *l, int64_t ml_stride,
+                        int n_parts, int64_t dv, float *out) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_parts; i++)
+        mx = fmaxf(mx, m[i * ml_stride]);
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = 0.0f;
+    if (mx == -INFINITY)
+        return;
+    float sum = 0.0f;
+    for (int i = 0; i < n_parts; i++) {
+        if (m[i * ml_stride] == -INFINITY) /* an empty part: l = 0, acc = 0 */
+            continue;
+        const float w = expf(m[i * ml_stride] - mx);
+        sum += w * l[i * ml_stride];
+        const float *a = acc + i * acc_stride;
+        for (int64_t d = 0; d < dv; d++)
+            out[d] += w * a[d];
+    }
+    const float inv = 1.0f / sum; /* the part holding mx has l >= 1 */
+    for (int64_t d = 0; d < dv; d++)
+        out[d] *= inv;
+}

@@ -96,7 +96,15 @@ void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale,
  * i < n_rows and query head h < n_heads (the heads sharing that KV head),
  *   out + i * out_row + h * dv = attention of q + i * q_row + h * dk over
  *   positions p0[i]..p1[i] (empty when p0 > p1: out = 0),
- * each as ft_attention_ref computes it. */
+ * each as ft_attention_ref computes it.
+ *
+ * Split-KV ("flash decoding"): with part_max set (levels whose table says
+ * attention_splits), the call computes one part of the softmax instead --
+ * out gets the unnormalized accumulator sum_j exp(s_j - m) v_j, and
+ * part_max[i * part_row + h] = m (the max score over p0[i]..p1[i]),
+ * part_sum[i * part_row + h] = sum_j exp(s_j - m); an empty range gives
+ * m = -inf, sum 0, out 0. Parts over disjoint key ranges combine exactly
+ * with ft_attention_merge, so threads can share one query's keys. */
 struct ft_attn_rows {
     const float *q;
     int64_t q_row;
@@ -106,10 +114,22 @@ struct ft_attn_rows {
     int n_heads;
     const int32_t *p0;
     const int32_t *p1;
+    float *part_max; /* NULL: normalized output */
+    float *part_sum;
+    int64_t part_row;
 };
-/* ft_attention_ref per row and head; scratch: at least dk + dv floats. */
+/* ft_attention_ref per row and head; scratch: at least dk + dv floats.
+ * Never splits (part_max must be NULL): its numerics are llama.cpp's. */
 void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
                            const struct ft_attn_kv *kv, void *scratch);
+
+/* Combine n_parts split-KV parts of one query head (see ft_attn_rows):
+ * part i has accumulator acc + i * acc_stride (dv floats), max m[i *
+ * ml_stride] and sum l[i * ml_stride]. With M = max m_i,
+ *   out = sum_i exp(m_i - M) acc_i / sum_i exp(m_i - M) l_i,
+ * out = 0 when every part is empty. */
+void ft_attention_merge(const float *acc, int64_t acc_stride, const float *m, const float *l, int64_t ml_stride,
+                        int n_parts, int64_t dv, float *out);
 
 /* Convert n_rows rows of k floats to `type` (the weights' vec_dot_type)
  * with its activation quantizer (from_float_act), row i at
@@ -158,6 +178,8 @@ struct ft_float_kernels {
     void (*attention)(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,
                       const struct ft_attn_kv *kv, void *scratch);
     size_t (*attention_scratch)(int n_rows, int n_heads, int64_t dk, int64_t dv);
+    /* The attention kernel writes split-KV parts when asked (part_max). */
+    bool attention_splits;
 
     /* Row ops with the contracts of their _ref functions above. */
     void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);

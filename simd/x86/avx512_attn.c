@@ -175,7 +175,12 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
     for (int i = 0; i < nq; i++) {
         const int r = i / a->n_heads, h = i % a->n_heads;
         float *dst = a->out + r * a->out_row + h * dv;
-        const __m512 inv = _mm512_set1_ps(sum[i] == 0.0f ? 0.0f : 1.0f / sum[i]);
+        /* a split-KV part keeps its accumulator unnormalized (ops.h) */
+        const __m512 inv = _mm512_set1_ps(a->part_max ? 1.0f : sum[i] == 0.0f ? 0.0f : 1.0f / sum[i]);
+        if (a->part_max) {
+            a->part_max[r * a->part_row + h] = mx[i];
+            a->part_sum[r * a->part_row + h] = sum[i];
+        }
         for (int64_t d = 0; d < dv; d += 16)
             _mm512_mask_storeu_ps(dst + d, ft_mask16(dv - d), _mm512_mul_ps(_mm512_load_ps(acc + (size_t)i * dvp + d), inv));
     }
@@ -184,4 +189,5 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
 void ft_simd_fill_avx512_attn(struct ft_float_kernels *t) {
     t->attention = attention;
     t->attention_scratch = attention_scratch;
+    t->attention_splits = true;
 }

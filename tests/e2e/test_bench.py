@@ -304,6 +304,25 @@ def test_bench_lists_in_llama_bench_order(ft, tiny_model):
     assert all(len(x["samples_ns"]) == 1 for x in rows)
 
 
+def test_bench_depth(ft, tiny_model):
+    # llama-bench's -d: per depth every ppN then every tgN, named "... @ dD"
+    r = ft("bench", "-m", tiny_model, "-r", "2", "-p", "8", "-n", "3", "-d", "0,40", "-t", "2", "-o", "jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in r.stdout.decode().splitlines()]
+    got = [(x["test"], x["n_depth"], x["n_prompt"], x["n_gen"]) for x in rows]
+    assert got == [("pp8", 0, 8, 0), ("tg3", 0, 0, 3), ("pp8 @ d40", 40, 8, 0), ("tg3 @ d40", 40, 0, 3)]
+    for x in rows:
+        # the depth's tokens are not counted (nor timed)
+        n_tok = x["n_prompt"] + x["n_gen"]
+        np.testing.assert_allclose(x["samples_ts"], [1e9 * n_tok / ns for ns in x["samples_ns"]], rtol=1e-6)
+    md = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "2", "-d", "33", "--no-warmup")
+    assert md.returncode == 0, md.stderr
+    assert [c.strip() for c in md.stdout.decode().splitlines()[2].strip("|").split("|")][6] == "tg2 @ d33"
+    rows = list(csv.DictReader(io.StringIO(ft("bench", "-m", tiny_model, "-r", "1", "-p", "4", "-n", "0", "-d", "20",
+                                              "-o", "csv").stdout.decode())))
+    assert [(x["test"], x["n_depth"]) for x in rows] == [("pp4 @ d20", "20")]
+
+
 def test_bench_skips_zero_tests(ft, tiny_model):
     r = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "3", "-o", "json")
     assert r.returncode == 0, r.stderr
@@ -327,6 +346,8 @@ def test_bench_hw(ft):
     ["-t", "0"],
     ["-t", "1,x"],
     ["-b", "0"],
+    ["-d", "-1"],
+    ["-d", "4,y"],
     ["-o", "xml"],
     ["--numa", "bogus"],
     ["-p", "0", "-n", "0"],

@@ -12,7 +12,8 @@
  *     whose blocks are out of order, with causal, sliding-window and empty
  *     key ranges, GQA groups of 1..4 heads, head sizes with tails:
  *     |fast - ref| <= 1e-5 * max |v| (the output is a convex combination of
- *     V rows);
+ *     V rows); on levels that split, also in split-KV parts (chunks of
+ *     128 and 40 keys, lengths 1..1000) merged with ft_attention_merge;
  *   - on AVX-512 CPUs with AVX512_BF16, also the vdpbf16ps GEMM that the
  *     level keeps for CPUs where it beats the FMA path (a table filled with
  *     use_bf16_dp = 1);
@@ -170,8 +171,46 @@ static void test_gemm(enum ft_isa isa, const struct ft_float_kernels *fk) {
 
 static double g_attn_worst[FT_ISA_COUNT];
 
+/* Split-KV: the keys cut into chunks of `chunk` positions (aligned to
+ * multiples of it), one kernel call per chunk writing a part, the parts
+ * merged with ft_attention_merge; the result must meet the same tolerance
+ * as one call over all keys. */
+static void attention_split(const struct ft_float_kernels *fk, const struct ft_attn_rows *rows, int64_t dk, int64_t dv,
+                            float scale, const struct ft_attn_kv *kv, int32_t n_pos, int32_t chunk, void *scratch) {
+    const int n_chunks = (n_pos + chunk - 1) / chunk;
+    const int nq = rows->n_rows * rows->n_heads;
+    float *acc = malloc(sizeof(float) * (size_t)(n_chunks * nq) * (size_t)dv);
+    float *pm = malloc(sizeof(float) * (size_t)(n_chunks * nq));
+    float *pl = malloc(sizeof(float) * (size_t)(n_chunks * nq));
+    for (int c = 0; c < n_chunks; c++) {
+        int32_t p0[8], p1[8];
+        for (int r = 0; r < rows->n_rows; r++) {
+            p0[r] = FT_MAX(rows->p0[r], c * chunk);
+            p1[r] = FT_MIN(rows->p1[r], c * chunk + chunk - 1);
+        }
+        struct ft_attn_rows part = *rows;
+        part.out = acc + (size_t)(c * nq) * (size_t)dv;
+        part.out_row = rows->n_heads * dv;
+        part.p0 = p0;
+        part.p1 = p1;
+        part.part_max = pm + c * nq;
+        part.part_sum = pl + c * nq;
+        part.part_row = rows->n_heads;
+        fk->attention(&part, dk, dv, scale, kv, scratch);
+    }
+    for (int r = 0; r < rows->n_rows; r++)
+        for (int h = 0; h < rows->n_heads; h++) {
+            const int i = r * rows->n_heads + h;
+            ft_attention_merge(acc + (size_t)i * (size_t)dv, nq * dv, pm + i, pl + i, nq, n_chunks, dv,
+                               rows->out + r * rows->out_row + h * dv);
+        }
+    free(acc);
+    free(pm);
+    free(pl);
+}
+
 static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, int64_t dk, int64_t dv, int n_heads,
-                           int n_rows, int32_t n_pos, int32_t window, int empty_row) {
+                           int n_rows, int32_t n_pos, int32_t window, int empty_row, int32_t chunk) {
     const int32_t bt = 16;
     const int32_t n_blocks = (n_pos + bt - 1) / bt + 2;
     const int n_kv = 2; /* the pool holds two KV heads; the call reads the second */
@@ -209,9 +248,15 @@ static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, i
         p0[empty_row] = 5;
         p1[empty_row] = 4;
     }
-    const struct ft_attn_rows rows = {q + dk, q_row, out + dv, o_row, n_rows, n_heads, p0, p1};
+    const struct ft_attn_rows rows = {
+        .q = q + dk, .q_row = q_row, .out = out + dv, .out_row = o_row,
+        .n_rows = n_rows, .n_heads = n_heads, .p0 = p0, .p1 = p1,
+    };
     void *scratch = alloc_odd(fk->attention_scratch(n_rows, n_heads, dk, dv), &sb);
-    fk->attention(&rows, dk, dv, 0.125f, &kv, scratch);
+    if (chunk > 0)
+        attention_split(fk, &rows, dk, dv, 0.125f, &kv, n_pos, chunk, scratch);
+    else
+        fk->attention(&rows, dk, dv, 0.125f, &kv, scratch);
 
     float *ref = malloc(sizeof(float) * (size_t)dv);
     float *tmp = malloc(sizeof(float) * (size_t)(dk + dv));
@@ -237,9 +282,9 @@ static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, i
                 if (err / tol > g_attn_worst[isa])
                     g_attn_worst[isa] = err / tol;
                 if (!(err <= tol) && bad++ < 3)
-                    CHECKF(err <= tol, "%s dk=%lld dv=%lld heads=%d rows=%d pos=%d window=%d: row %d head %d [%lld] %.8g vs ref %.8g",
+                    CHECKF(err <= tol, "%s dk=%lld dv=%lld heads=%d rows=%d pos=%d window=%d chunk=%d: row %d head %d [%lld] %.8g vs ref %.8g",
                            ft_isa_name(isa), (long long)dk, (long long)dv, n_heads, n_rows, (int)n_pos, (int)window,
-                           r, h, (long long)d, o[d], ref[d]);
+                           (int)chunk, r, h, (long long)d, o[d], ref[d]);
             }
         }
     }
@@ -262,10 +307,29 @@ static void test_attention(enum ft_isa isa, const struct ft_float_kernels *fk) {
                 for (int rows = 1; rows <= 8; rows += 7) {
                     if (rows > positions[p])
                         continue;
-                    test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 0, -1);
-                    test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 5, -1);
+                    test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 0, -1, 0);
+                    test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 5, -1, 0);
                     if (rows > 1)
-                        test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 0, 1);
+                        test_attn_case(isa, fk, dims[d][0], dims[d][1], heads, rows, positions[p], 0, 1, 0);
+                }
+    if (!fk->attention_splits)
+        return;
+    /* split-KV parts: lengths around the 128-key chunk, chunks not a
+     * multiple of the kernels' tiles, sliding windows that start inside a
+     * chunk, a row whose range misses whole chunks */
+    static const int64_t split_dims[][2] = {{64, 64}, {256, 256}, {80, 48}, {8, 24}};
+    static const int32_t lengths[] = {1, 127, 128, 129, 1000};
+    static const int32_t chunks[] = {128, 40};
+    for (size_t d = 0; d < FT_ARRAY_LEN(split_dims); d++)
+        for (size_t l = 0; l < FT_ARRAY_LEN(lengths); l++)
+            for (size_t c = 0; c < FT_ARRAY_LEN(chunks); c++)
+                for (int heads = 1; heads <= 4; heads += 3) {
+                    const int rows = lengths[l] >= 8 && (d + l) % 2 ? 8 : 1;
+                    const int64_t dk = split_dims[d][0], dv = split_dims[d][1];
+                    test_attn_case(isa, fk, dk, dv, heads, rows, lengths[l], 0, -1, chunks[c]);
+                    test_attn_case(isa, fk, dk, dv, heads, rows, lengths[l], 100, -1, chunks[c]);
+                    if (rows > 1)
+                        test_attn_case(isa, fk, dk, dv, heads, rows, lengths[l], 0, 1, chunks[c]);
                 }
 }
 
