@@ -232,16 +232,17 @@ static enum ft_http_status parse_fields(struct ft_http_parser *p, char *s, size_
     return FT_HTTP_HEAD_DONE;
 }
 
-/* The end of the head: the index just past "\r\n\r\n", searched in
- * buf[from..len); 0 when absent. */
+/* Look at buf[from..len) for the end of the head: returns the index just
+ * past "\r\n\r\n", 0 while absent, or SIZE_MAX at a bare LF (refused at
+ * once rather than when a blank line finally comes). */
 static size_t find_head_end(const char *buf, size_t from, size_t len) {
-    for (size_t i = from; i + 4 <= len; i++) {
-        const char *c = memchr(buf + i, '\r', len - i);
-        if (!c)
-            return 0;
-        i = (size_t)(c - buf);
-        if (i + 4 <= len && !memcmp(c, "\r\n\r\n", 4))
-            return i + 4;
+    for (size_t i = from; i < len; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i == 0 || buf[i - 1] != '\r')
+            return SIZE_MAX;
+        if (i >= 3 && buf[i - 2] == '\n' && buf[i - 3] == '\r')
+            return i + 1;
     }
     return 0;
 }
@@ -271,11 +272,13 @@ enum ft_http_status ft_http_parse(struct ft_http_parser *p, const char *buf, siz
         if (check_request_line(buf, n, &lp, err) == FT_HTTP_REFUSED)
             return FT_HTTP_REFUSED;
         p->line_checked = true;
-        p->scanned = n; /* the head may end right after the request line */
+        p->scanned = n + 1; /* the head may end right after the request line */
     }
     const size_t end = find_head_end(buf, p->scanned, limit);
+    if (end == SIZE_MAX)
+        return BAD("header lines must end with CRLF");
     if (!end) {
-        p->scanned = limit > 3 ? limit - 3 : 0;
+        p->scanned = limit;
         if (len >= p->limits.max_head)
             return refuse(err, 431, "headers_too_large", "the request head is larger than %zu bytes",
                           p->limits.max_head);
