@@ -201,10 +201,18 @@ static void on_event(struct bufferevent *bev, short what, void *arg) {
     struct ft_conn *c = arg;
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)))
         return;
-    if (c->state == C_BUSY)
+    if (c->state == C_BUSY) {
         client_gone(c); /* EOF, reset, or a write stalled for timeout_s */
-    else
+    } else if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
+               (c->state == C_READ_HEAD || c->state == C_READ_BODY) &&
+               evbuffer_get_length(bufferevent_get_output(c->bev)) > 0) {
+        /* The client half-closed after its last request: answers already
+         * queued still go out before the connection closes. */
+        evtimer_del(c->timer);
+        c->state = C_CLOSING;
+    } else {
         close_later(c);
+    }
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg) {

@@ -7,7 +7,9 @@
  * socket while a request is handled, so a client that leaves during a long
  * non-streaming generation goes unnoticed. Here the socket stays readable
  * for the whole request: EOF or a socket error at any time calls the
- * handler's on_gone, so the request can be cancelled at once.
+ * handler's on_gone, so the request can be cancelled at once. (A client
+ * that half-closes its side while its request runs counts as gone, as
+ * nginx treats it by default.)
  *
  * One request per connection is handled at a time; pipelined requests wait
  * in the input buffer (bounded: reading pauses above the limits) and are

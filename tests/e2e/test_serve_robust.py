@@ -434,6 +434,13 @@ def test_pipelining_and_keep_alive(binary):
             assert st == 200 and h["connection"] == "close"
             assert r.closed()
             sock.close()
+        # A client that half-closes after its request still gets the answer.
+        sock = connect(s)
+        sock.sendall(b"GET /health HTTP/1.1\r\n\r\n")
+        sock.shutdown(socket.SHUT_WR)
+        r = Reader(sock)
+        assert r.response()[0] == 200 and r.closed()
+        sock.close()
         # Expect: 100-continue gets its interim answer before the body is sent.
         sock = connect(s)
         r = Reader(sock)
