@@ -456,3 +456,11 @@ def test_pipelining_and_keep_alive(binary):
             assert cl.completions.create(model="llama-Q8_0", prompt="a", max_tokens=1).usage.completion_tokens == 1
     finally:
         stop_clean(s)
+
+
+def test_shutdown_timeout_flag(ft):
+    assert "--shutdown-timeout" in ft("serve", "--help").stdout.decode()
+    for bad in ("-1", "86401", "x"):
+        r = ft("serve", "-m", "x.gguf", "--shutdown-timeout", bad)
+        assert r.returncode == 2, bad
+        assert len(r.stderr.decode().strip().splitlines()) == 1, r.stderr
