@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* After a response that closes the connection, unread request bytes are
  * read and dropped for this long after our FIN, so the client sees the
@@ -256,6 +257,12 @@ static void write_head(struct ft_conn *c, int status, const char *content_type,
                        const struct ft_http_header_out *extra, int n_extra, const char *framing) {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, ft_http_reason(status));
+    /* RFC 9110 §6.6.1: an origin server with a clock sends Date. */
+    char date[64];
+    struct tm tm;
+    const time_t now = time(NULL);
+    if (gmtime_r(&now, &tm) && strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm))
+        evbuffer_add_printf(out, "Date: %s\r\n", date);
     if (content_type)
         evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
     for (int i = 0; i < n_extra; i++)
