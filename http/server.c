@@ -253,10 +253,11 @@ static void srv_req_free(struct srv_req *r) {
 }
 
 /* A finished request's shell is kept until the next one finishes (or the
- * scheduler is gone): engine/scheduler.c keeps `current` pointing at the
- * request it ran until a moment after the DONE event, and a shutdown in
- * that moment writes its cancel flag. With one request running at a time,
- * the next DONE proves the previous shell unused. */
+ * scheduler is gone): the one-request-at-a-time engine/scheduler.c keeps
+ * `current` pointing at the request it ran until a moment after its DONE,
+ * and a shutdown in that moment writes the cancel flag (ASan caught it);
+ * the next DONE proves the previous shell unused. The continuous-batching
+ * scheduler touches nothing after DONE, and this can go with it. */
 static void srv_req_retire(struct srv *s, struct srv_req *r) {
     srv_req_free_parts(r);
     free(s->retired);
