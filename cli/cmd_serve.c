@@ -14,7 +14,7 @@ int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
                *numa = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
-        max_queue = 64, timeout = 120, numa_node = -1;
+        max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -46,6 +46,8 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
         {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
          "close connections idle or stalled in a write for S seconds (default 120; never during generation)"},
+        {NULL, "--shutdown-timeout", FT_OPT_INT, &shutdown_timeout, "S",
+         "on SIGTERM/SIGINT, let requests in flight finish for S seconds, then cancel them (default 30)"},
     };
     const struct ft_cmd_spec spec = {
         "serve", "ft serve [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-t N] [-c CTX] [options]",
@@ -92,6 +94,10 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --timeout must be in 1..86400 seconds (got %d)\n", timeout);
         return 2;
     }
+    if (shutdown_timeout < 0 || shutdown_timeout > 86400) {
+        fprintf(stderr, "ft serve: --shutdown-timeout must be in 0..86400 seconds (got %d)\n", shutdown_timeout);
+        return 2;
+    }
     if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
         fprintf(stderr, "ft serve: --log-format must be text or json (got '%s')\n", log_format);
         return 2;
@@ -124,6 +130,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
         .timeout_s = timeout,
+        .shutdown_timeout_s = shutdown_timeout,
     };
     return ft_server_run(&cfg);
 }

@@ -2,8 +2,6 @@
 #include "errors.h"
 
 #include <cjson/cJSON.h>
-#include <event2/buffer.h>
-#include <event2/http.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,11 +20,16 @@ const char *ft_http_reason(int status) {
     case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 411: return "Length Required";
     case 413: return "Payload Too Large";
+    case 417: return "Expectation Failed";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
     }
 }
@@ -49,20 +52,4 @@ char *ft_http_error_body(int status, const char *message, const char *param, con
     cJSON_Delete(e);
     cJSON_Delete(root);
     return out;
-}
-
-void ft_http_send_error(struct evhttp_request *req, int status, const char *message, const char *param,
-                        const char *code) {
-    struct evbuffer *buf = evbuffer_new();
-    char *body = ft_http_error_body(status, message, param, code);
-    if (buf && body)
-        evbuffer_add(buf, body, strlen(body));
-    else if (buf)
-        evbuffer_add_printf(buf, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                                 "\"param\":null,\"code\":null}}");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, status, ft_http_reason(status), buf);
-    if (buf)
-        evbuffer_free(buf);
-    free(body);
 }

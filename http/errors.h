@@ -3,15 +3,9 @@
 #ifndef FT_HTTP_ERRORS_H
 #define FT_HTTP_ERRORS_H
 
-struct evhttp_request;
-
 /* The body as a malloc'd string (NULL on allocation failure). param and
  * code may be NULL or empty (JSON null). */
 char *ft_http_error_body(int status, const char *message, const char *param, const char *code);
-
-/* Send the error as the whole response (Content-Type application/json). */
-void ft_http_send_error(struct evhttp_request *req, int status, const char *message, const char *param,
-                        const char *code);
 
 /* OpenAI's error type for a status: invalid_request_error (4xx),
  * authentication_error (401), server_error (5xx). */

@@ -53,6 +53,40 @@ static bool has_nul_escape(const char *s, size_t len) {
     return false;
 }
 
+/* Bounds the tree cJSON would build, in one pass over the text: depth is
+ * the count of open brackets, and values are at most one more than the
+ * brackets and commas outside strings. Malformed text passes through to
+ * cJSON, which reports it. */
+static int check_json_shape(const char *s, size_t len, struct ft_api_error *err) {
+    size_t depth = 0, values = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        const char c = s[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > FT_API_MAX_JSON_DEPTH)
+                return BAD(NULL, "the request body nests JSON deeper than %d levels", FT_API_MAX_JSON_DEPTH);
+            values++;
+        } else if (c == ']' || c == '}') {
+            if (depth)
+                depth--;
+        } else if (c == ',') {
+            values++;
+        }
+        if (values > FT_API_MAX_JSON_VALUES)
+            return BAD(NULL, "the request body has more than %d JSON values", FT_API_MAX_JSON_VALUES);
+    }
+    return 0;
+}
+
 static const cJSON *field(const cJSON *obj, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
     return cJSON_IsNull(v) ? NULL : v; /* null means "not given", as SDKs send it */
@@ -377,6 +411,8 @@ int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, 
         return BAD(NULL, "the request body is not valid UTF-8");
     if (memchr(body, 0, len) || has_nul_escape(body, len))
         return BAD(NULL, "strings in the request must not contain U+0000");
+    if (check_json_shape(body, len, err))
+        return -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {

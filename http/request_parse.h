@@ -23,6 +23,10 @@ enum ft_api_endpoint { FT_API_CHAT, FT_API_COMPLETIONS };
 #define FT_API_MAX_STOP_LEN 256
 #define FT_API_MAX_MESSAGES 4096
 #define FT_API_MAX_PARTS 1024
+/* The JSON body before cJSON sees it: nesting depth and number of values
+ * (cJSON recurses per level and allocates per value). */
+#define FT_API_MAX_JSON_DEPTH 64
+#define FT_API_MAX_JSON_VALUES 262144
 
 struct ft_api_message {
     const char *role; /* "system", "user" or "assistant" (static) */

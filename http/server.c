@@ -1,9 +1,10 @@
-/* The HTTP server: one libevent (evhttp) loop thread that parses and
- * validates requests, hands generations to the engine's scheduler thread,
- * and streams what comes back (DESIGN.md §2).
+/* The HTTP server: one libevent loop thread that accepts connections
+ * (http/conn.c speaks HTTP/1.1 on bufferevents), parses and validates
+ * requests, hands generations to the engine's scheduler thread, and
+ * streams what comes back (DESIGN.md §2).
  *
  * Threads and ownership:
- *  - The loop thread owns every evhttp object and every struct srv_req; it
+ *  - The loop thread owns every connection and every struct srv_req; it
  *    alone frees them.
  *  - The scheduler thread reports through on_engine_event(): it appends the
  *    released text to the request's outbox under `lock`, puts the request
@@ -12,14 +13,22 @@
  *    it once it has seen DONE.
  *  - The loader thread loads the model (so /health answers 503 meanwhile)
  *    and wakes the loop when it is done.
- *  - A client that goes away while its request runs fires the connection's
- *    close callback: the request forgets its evhttp handles and asks the
- *    engine to cancel; its metrics are still logged and counted.
+ *  - A client that goes away while its request runs (EOF or an error on
+ *    the socket, which stays readable during generation, or a stalled
+ *    write) makes the connection call on_gone: the request forgets the
+ *    connection and asks the engine to cancel, which stops it within one
+ *    step; it is logged as 499 with the metrics it has.
+ *  - SIGINT/SIGTERM: stop accepting, close idle connections, let requests
+ *    in flight finish for --shutdown-timeout seconds, then cancel the rest
+ *    (their clients get a 503 error, or an error event in the stream); a
+ *    second signal cancels at once. The loop ends when no request and no
+ *    connection is left.
  */
 #include "ft/server.h"
 
 #include "access_log.h"
 #include "backend.h"
+#include "conn.h"
 #include "errors.h"
 #include "prometheus.h"
 #include "request_parse.h"
@@ -30,10 +39,8 @@
 #include "ft/common.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 
 #include <arpa/inet.h>
@@ -44,23 +51,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 enum srv_state { STATE_LOADING, STATE_READY, STATE_FAILED };
 
-
+/* Bounds of the HTTP layer (the body limit is --max-body-size). */
+#define SRV_MAX_HEAD (32 * 1024)            /* request line + headers */
+#define SRV_MAX_HEADERS 100
+#define SRV_MAX_OUTPUT (8u << 20)           /* streamed bytes a client may leave unread */
+#define SRV_MAX_CONNS 512
+#define SRV_HARD_EXIT_SECONDS 10            /* after cancelling, stop waiting for slow clients */
 
 struct srv_req;
 
 struct srv {
     const struct ft_server_config *cfg;
     struct event_base *base;
-    struct evhttp *http;
+    struct evconnlistener *listener;
+    struct ft_conn_pool *pool;
     struct event *wake_ev;   /* the scheduler has news (ready list) */
     struct event *loaded_ev; /* the loader thread finished */
     struct event *sig_int, *sig_term;
+    struct event *drain_ev;  /* --shutdown-timeout, then the hard exit */
+    struct event *accept_ev; /* re-enables the listener after an accept error */
+    int signals;             /* SIGINT/SIGTERM seen */
+    bool cancelled;          /* in-flight requests were told to stop */
+    struct srv_req *inflight; /* submitted, DONE not yet handled */
+    struct srv_req *retired;  /* see srv_req_retire() */
+    int n_inflight;
     pthread_t loader;
     bool loader_started;
     atomic_int state;
@@ -90,10 +111,10 @@ struct srv_req {
     const char *endpoint; /* route path, static */
 
     /* Loop thread only. */
-    struct evhttp_request *req;
-    bool gone;                     /* the client went away: req is detached */
-    struct evhttp_connection *conn;
+    struct ft_conn *conn;          /* NULL once the client is gone or answered */
+    bool gone;                     /* the client went away first */
     struct evbuffer *text;         /* non-streaming: the completion so far */
+    struct srv_req *prev, *next;   /* srv->inflight */
 
     /* Guarded by srv->lock: pieces of text as [uint32 len][bytes][NUL]. */
     char *outbox;
@@ -112,30 +133,6 @@ static uint64_t next_random(struct srv *s) {
     return z ^ (z >> 31);
 }
 
-static void peer_name(struct evhttp_request *req, char *buf, size_t cap) {
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
-    char *addr = NULL;
-    ev_uint16_t port = 0;
-    if (c)
-        evhttp_connection_get_peer(c, &addr, &port);
-    snprintf(buf, cap, "%s:%u", addr ? addr : "-", (unsigned)port);
-}
-
-static const char *method_name(enum evhttp_cmd_type m) {
-    switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    default: return "?";
-    }
-}
-
 /* ---- logging and counting of finished requests ---------------------------- */
 
 static void record(struct srv *s, const char *remote, const char *method, const char *path, const char *endpoint,
@@ -145,30 +142,43 @@ static void record(struct srv *s, const char *remote, const char *method, const 
     ft_access_log_write(s->log, s->cfg->log_json ? FT_LOG_FORMAT_JSON : FT_LOG_FORMAT_TEXT, &e);
 }
 
-/* An error answered right away (no generation). */
-static void reply_error(struct srv *s, struct evhttp_request *req, const char *endpoint, int status,
-                        const char *message, const char *param, const char *code) {
-    char remote[80];
-    peer_name(req, remote, sizeof(remote));
-    const char *path = evhttp_request_get_uri(req);
-    ft_http_send_error(req, status, message, param, code);
-    record(s, remote, method_name(evhttp_request_get_command(req)), path ? path : "-", endpoint, status, NULL, NULL,
-           message);
+static const char *req_method(const struct ft_http_request *req) { return req ? req->method_name : "-"; }
+static const char *req_path(const struct ft_http_request *req) { return req ? req->target : "-"; }
+
+/* A whole response. Logged first: the connection frees req with the reply. */
+static void reply(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint,
+                  int status, const char *content_type, const struct ft_http_header_out *extra, int n_extra,
+                  const char *body, const char *error) {
+    record(s, ft_conn_remote(c), req_method(req), req_path(req), endpoint, status, NULL, NULL, error);
+    ft_conn_reply(c, status, content_type, extra, n_extra, body, body ? strlen(body) : 0);
 }
 
-static void reply_json(struct srv *s, struct evhttp_request *req, const char *endpoint, int status, const char *json) {
-    char remote[80];
-    peer_name(req, remote, sizeof(remote));
-    struct evbuffer *b = evbuffer_new();
-    if (b && json)
-        evbuffer_add(b, json, strlen(json));
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, status, ft_http_reason(status), b);
-    if (b)
-        evbuffer_free(b);
-    const char *path = evhttp_request_get_uri(req);
-    record(s, remote, method_name(evhttp_request_get_command(req)), path ? path : "-", endpoint, status, NULL, NULL,
-           NULL);
+/* An error answered right away (no generation), as an OpenAI error object. */
+static void reply_error_h(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint,
+                          int status, const char *message, const char *param, const char *code,
+                          const struct ft_http_header_out *extra, int n_extra) {
+    char *body = ft_http_error_body(status, message, param, code);
+    reply(s, c, req, endpoint, status, "application/json", extra, n_extra,
+          body ? body
+               : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+          message);
+    free(body);
+}
+
+static void reply_error(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint,
+                        int status, const char *message, const char *param, const char *code) {
+    reply_error_h(s, c, req, endpoint, status, message, param, code, NULL, 0);
+}
+
+static void reply_json(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint,
+                       int status, const char *json) {
+    reply(s, c, req, endpoint, status, "application/json", NULL, 0, json, NULL);
+}
+
+/* Shutting down and nothing left: end the loop. */
+static void check_drained(struct srv *s) {
+    if (s->signals && s->n_inflight == 0 && (!s->pool || ft_conn_pool_count(s->pool) == 0))
+        event_base_loopexit(s->base, NULL);
 }
 
 /* ---- the engine's side: events from the scheduler thread ------------------- */
@@ -223,41 +233,63 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
 
 /* ---- the loop's side: requests in flight ----------------------------------- */
 
-static void srv_req_free(struct srv_req *r) {
-    if (!r)
-        return;
+static void srv_req_free_parts(struct srv_req *r) {
     ft_api_request_free(&r->api);
     ft_request_timing_free(&r->er.timing);
     free(r->prompt);
     free(r->outbox);
+    r->prompt = NULL;
+    r->outbox = NULL;
     if (r->text)
         evbuffer_free(r->text);
+    r->text = NULL;
+}
+
+static void srv_req_free(struct srv_req *r) {
+    if (!r)
+        return;
+    srv_req_free_parts(r);
     free(r);
 }
 
-/* evhttp calls this while it frees the connection. On a network error
- * (EOF, timeout) during a reply we have not finished, evhttp 2.1 has already
- * detached the request from the connection and left it to us to free, so
- * the request stays valid: we stop writing to it and free it at the end. */
-static void on_client_gone(struct evhttp_connection *conn, void *arg) {
-    (void)conn;
-    struct srv_req *r = arg;
+/* A finished request's shell is kept until the next one finishes (or the
+ * scheduler is gone): the one-request-at-a-time engine/scheduler.c keeps
+ * `current` pointing at the request it ran until a moment after its DONE,
+ * and a shutdown in that moment writes the cancel flag (ASan caught it);
+ * the next DONE proves the previous shell unused. The continuous-batching
+ * scheduler touches nothing after DONE, and this can go with it. */
+static void srv_req_retire(struct srv *s, struct srv_req *r) {
+    srv_req_free_parts(r);
+    free(s->retired);
+    s->retired = r;
+}
+
+static void inflight_add(struct srv *s, struct srv_req *r) {
+    r->prev = NULL;
+    r->next = s->inflight;
+    if (s->inflight)
+        s->inflight->prev = r;
+    s->inflight = r;
+    s->n_inflight++;
+}
+
+static void inflight_remove(struct srv *s, struct srv_req *r) {
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->inflight = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    s->n_inflight--;
+}
+
+/* The connection's on_gone: the client left before its answer was complete. */
+static void on_client_gone(void *ud, void *active) {
+    (void)ud;
+    struct srv_req *r = active;
     r->gone = true;
     r->conn = NULL;
     atomic_store(&r->er.cancel, true);
-}
-
-/* Detach from the connection before the last bytes go out: evhttp may free
- * the request (and the connection) while sending them. */
-static struct evhttp_request *take_req(struct srv_req *r) {
-    struct evhttp_request *req = r->req;
-    if (r->conn) {
-        evhttp_connection_set_closecb(r->conn, NULL, NULL);
-        evhttp_connection_set_timeout(r->conn, r->srv->cfg->timeout_s); /* idle keep-alive again */
-    }
-    r->req = NULL;
-    r->conn = NULL;
-    return req;
 }
 
 static void send_piece(struct srv_req *r, const char *text) {
@@ -265,76 +297,81 @@ static void send_piece(struct srv_req *r, const char *text) {
         evbuffer_add(r->text, text, strlen(text));
         return;
     }
-    if (!r->req || r->gone)
+    if (!r->conn)
         return;
     char *chunk = ft_resp_chunk_text(&r->ctx, text);
-    ft_sse_send(r->req, chunk);
+    ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
     free(chunk);
 }
 
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
     const struct ft_request_metrics *m = &er->metrics;
-    const char *method = "POST";
     int status = 200;
     const char *error = NULL;
     char msg[400];
-    if (r->gone) {
-        status = 499; /* nginx's "client closed request" */
-        if (r->req)
-            evhttp_request_free(r->req);
-        r->req = NULL;
-    } else if (er->finish == FT_FINISH_ERROR || er->finish == FT_FINISH_CANCELLED || r->oom) {
+    if (!r->gone && (er->finish == FT_FINISH_ERROR || er->finish == FT_FINISH_CANCELLED || r->oom)) {
         status = er->finish == FT_FINISH_CANCELLED ? 503 : 500;
         snprintf(msg, sizeof(msg), "%s",
-                 er->finish == FT_FINISH_CANCELLED ? "the server is shutting down"
+                 er->finish == FT_FINISH_CANCELLED ? "the server is shutting down: the request was cancelled"
                  : r->oom                          ? "out of memory while streaming"
                                                    : er->error_msg);
         error = msg;
     }
-    struct evhttp_request *req = take_req(r);
     const struct ft_request_metrics *metrics = r->want_metrics ? m : NULL;
-    if (req && r->api.stream) {
+    if (r->conn && r->api.stream) {
+        /* Each send may find the client gone (r->conn becomes NULL). */
         if (error) {
-            char *body = ft_http_error_body(status, error, NULL, NULL);
-            ft_sse_send(req, body);
+            char *body = ft_http_error_body(status, error, NULL, er->finish == FT_FINISH_CANCELLED ? "shutting_down" : NULL);
+            ft_sse_send(r->conn, body);
             free(body);
         } else {
             char *c = ft_resp_chunk_finish(&r->ctx, er->finish);
-            ft_sse_send(req, c);
+            ft_sse_send(r->conn, c);
             free(c);
-            if (r->api.include_usage || metrics) {
+            if (r->conn && (r->api.include_usage || metrics)) {
                 c = ft_resp_chunk_final(&r->ctx, r->api.include_usage ? m : NULL, metrics);
-                ft_sse_send(req, c);
+                ft_sse_send(r->conn, c);
                 free(c);
             }
         }
-        ft_sse_finish(req);
+        if (r->conn)
+            ft_sse_finish(r->conn);
         /* A stream has sent its 200 already; the log keeps the real outcome. */
-    } else if (req) {
+    } else if (r->conn) {
         if (error) {
-            ft_http_send_error(req, status, error, NULL, NULL);
+            char *body = ft_http_error_body(status, error, NULL, er->finish == FT_FINISH_CANCELLED ? "shutting_down" : NULL);
+            const char *fallback = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+            ft_conn_reply(r->conn, status, "application/json", NULL, 0, body ? body : fallback,
+                          strlen(body ? body : fallback));
+            free(body);
         } else {
             evbuffer_add(r->text, "", 1);
             const char *text = (const char *)evbuffer_pullup(r->text, -1);
             char *body = ft_resp_completion(&r->ctx, text ? text : "", er->finish, m, metrics);
-            struct evbuffer *b = evbuffer_new();
-            if (b && body)
-                evbuffer_add(b, body, strlen(body));
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-            evhttp_send_reply(req, body ? 200 : 500, body ? "OK" : "Internal Server Error", b);
-            if (b)
-                evbuffer_free(b);
+            if (!body) {
+                status = 500;
+                error = "out of memory";
+                body = ft_http_error_body(status, error, NULL, NULL);
+            }
+            ft_conn_reply(r->conn, status, "application/json", NULL, 0, body ? body : "", body ? strlen(body) : 0);
             free(body);
         }
+    }
+    r->conn = NULL;
+    if (r->gone) {
+        status = 499; /* nginx's "client closed request" */
+        error = NULL;
     }
     if (er->finish != FT_FINISH_ERROR)
         ft_prom_observe(s->prom, &er->timing, m);
     const char *finish = er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH
                              ? ft_resp_finish_reason(er->finish)
                              : ft_finish_reason_name(er->finish);
-    record(s, r->remote, method, r->endpoint, r->endpoint, status, finish, m, error);
-    srv_req_free(r);
+    record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error);
+    inflight_remove(s, r);
+    srv_req_retire(s, r);
+    check_drained(s);
 }
 
 /* The scheduler has news: text for some requests, the end of others. */
@@ -371,39 +408,29 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- routes ------------------------------------------------------------------ */
 
-static void handle_generate(struct srv *s, struct evhttp_request *req, const char *endpoint,
-                            enum ft_api_endpoint ep) {
+static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *body,
+                            size_t len, const char *endpoint, enum ft_api_endpoint ep) {
+    if (s->signals) {
+        reply_error(s, conn, req, endpoint, 503, "the server is shutting down", NULL, "shutting_down");
+        return;
+    }
     if (atomic_load(&s->state) != STATE_READY) {
-        reply_error(s, req, endpoint, 503, "the model is still loading; retry when GET /health answers 200", NULL,
-                    "model_loading");
+        reply_error(s, conn, req, endpoint, 503, "the model is still loading; retry when GET /health answers 200",
+                    NULL, "model_loading");
         return;
     }
     struct ft_backend *b = s->backend;
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    const size_t len = evbuffer_get_length(in);
-    if (len > s->cfg->max_body) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "the request body has %zu bytes; the limit is %zu (--max-body-size)", len,
-                 s->cfg->max_body);
-        reply_error(s, req, endpoint, 413, msg, NULL, "request_too_large");
-        return;
-    }
     struct srv_req *r = calloc(1, sizeof(*r));
-    char *body = malloc(len + 1);
-    if (!r || !body || (r->text = evbuffer_new()) == NULL) {
-        free(body);
+    if (!r || (r->text = evbuffer_new()) == NULL) {
         srv_req_free(r);
-        reply_error(s, req, endpoint, 500, "out of memory", NULL, NULL);
+        reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
         return;
     }
-    evbuffer_copyout(in, body, len);
-    body[len] = '\0';
     struct ft_api_error err;
     int rc = ft_api_request_parse(body, len, ep, b->n_vocab, &r->api, &err);
-    free(body);
     r->er.received = ft_clock_ticks(); /* DESIGN.md §3: received = body parsed */
     if (rc) {
-        reply_error(s, req, endpoint, err.status, err.message, err.param, err.code);
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
         return;
     }
@@ -411,12 +438,12 @@ static void handle_generate(struct srv *s, struct evhttp_request *req, const cha
         char msg[480];
         snprintf(msg, sizeof(msg), "the model '%.200s' does not exist; this server serves '%.150s'", r->api.model,
                  s->model_id);
-        reply_error(s, req, endpoint, 404, msg, "model", "model_not_found");
+        reply_error(s, conn, req, endpoint, 404, msg, "model", "model_not_found");
         srv_req_free(r);
         return;
     }
     if (ft_backend_prompt(b, &r->api, &r->prompt, &r->er.n_prompt, &err)) {
-        reply_error(s, req, endpoint, err.status, err.message, err.param, err.code);
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
         return;
     }
@@ -434,83 +461,80 @@ static void handle_generate(struct srv *s, struct evhttp_request *req, const cha
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));
     r->ctx = (struct ft_resp_ctx){ep, r->id, (long long)time(NULL), s->model_id, r->api.include_usage};
-    peer_name(req, r->remote, sizeof(r->remote));
+    snprintf(r->remote, sizeof(r->remote), "%s", ft_conn_remote(conn));
 
     ft_clear_error();
     if ((rc = ft_scheduler_submit(b->sched, &r->er))) {
-        if (rc == FT_EFULL)
-            reply_error(s, req, endpoint, 503, "the server is busy: too many requests are waiting", NULL,
-                        "server_busy");
-        else
-            reply_error(s, req, endpoint, 400, ft_last_error(), NULL, NULL);
+        if (rc == FT_EFULL) {
+            static const struct ft_http_header_out retry[] = {{"Retry-After", "1"}};
+            reply_error_h(s, conn, req, endpoint, 503, "the server is busy: too many requests are waiting", NULL,
+                          "server_busy", retry, 1);
+        } else {
+            reply_error(s, conn, req, endpoint, 400, ft_last_error(), NULL, NULL);
+        }
         srv_req_free(r);
         return;
     }
     /* Events for r are handled on this thread, after this function returns. */
-    r->req = req;
-    r->conn = evhttp_request_get_connection(req);
-    if (r->conn) {
-        evhttp_connection_set_closecb(r->conn, on_client_gone, r);
-        /* A long prefill sends nothing for a while: the read timeout that
-         * closes idle keep-alive connections must not end this request. */
-        struct bufferevent *bev = evhttp_connection_get_bufferevent(r->conn);
-        const struct timeval wt = {s->cfg->timeout_s, 0};
-        if (bev)
-            bufferevent_set_timeouts(bev, NULL, &wt);
-    }
+    inflight_add(s, r);
+    r->conn = conn;
+    ft_conn_set_active(conn, r);
     if (r->api.stream) {
-        ft_sse_start(req);
+        ft_sse_start(conn);
         if (ep == FT_API_CHAT) {
             char *c = ft_resp_chunk_role(&r->ctx);
-            ft_sse_send(req, c);
+            ft_sse_send(conn, c);
             free(c);
         }
     }
 }
 
-static void handle_models(struct srv *s, struct evhttp_request *req, const char *endpoint) {
+static void handle_models(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
     char *json = ft_resp_models(s->model_id, s->started);
-    reply_json(s, req, endpoint, json ? 200 : 500, json);
+    if (json)
+        reply_json(s, c, req, endpoint, 200, json);
+    else
+        reply_error(s, c, req, endpoint, 500, "out of memory", NULL, NULL);
     free(json);
 }
 
-static void handle_health(struct srv *s, struct evhttp_request *req, const char *endpoint) {
+static void handle_health(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
     const int st = atomic_load(&s->state);
-    reply_json(s, req, endpoint, st == STATE_READY ? 200 : 503,
+    reply_json(s, c, req, endpoint, st == STATE_READY ? 200 : 503,
                st == STATE_READY ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}");
 }
 
-static void handle_metrics(struct srv *s, struct evhttp_request *req, const char *endpoint) {
+static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
     struct ft_scheduler_stats st;
     const bool ready = atomic_load(&s->state) == STATE_READY;
     if (ready)
         ft_scheduler_get_stats(s->backend->sched, &st);
     struct evbuffer *b = evbuffer_new();
-    if (!b) {
-        reply_error(s, req, endpoint, 500, "out of memory", NULL, NULL);
-        return;
+    if (b) {
+        ft_prom_render(s->prom, ready ? &st : NULL, b);
+        evbuffer_add(b, "", 1);
     }
-    ft_prom_render(s->prom, ready ? &st : NULL, b);
-    char remote[80];
-    peer_name(req, remote, sizeof(remote));
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, 200, "OK", b);
-    evbuffer_free(b);
-    record(s, remote, "GET", endpoint, endpoint, 200, NULL, NULL, NULL);
+    const char *text = b ? (const char *)evbuffer_pullup(b, -1) : NULL;
+    if (text)
+        reply(s, c, req, endpoint, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, text, NULL);
+    else
+        reply_error(s, c, req, endpoint, 500, "out of memory", NULL, NULL);
+    if (b)
+        evbuffer_free(b);
 }
 
 enum route_kind { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
 
 static const struct route {
     const char *path;
-    enum evhttp_cmd_type method;
+    enum ft_http_method method;
     enum route_kind kind;
 } k_routes[] = {
-    {"/v1/chat/completions", EVHTTP_REQ_POST, R_CHAT},
-    {"/v1/completions", EVHTTP_REQ_POST, R_COMPLETIONS},
-    {"/v1/models", EVHTTP_REQ_GET, R_MODELS},
-    {"/health", EVHTTP_REQ_GET, R_HEALTH},
-    {"/metrics", EVHTTP_REQ_GET, R_METRICS},
+    {"/v1/chat/completions", FT_HTTP_POST, R_CHAT},
+    {"/v1/completions", FT_HTTP_POST, R_COMPLETIONS},
+    {"/v1/models", FT_HTTP_GET, R_MODELS},
+    {"/health", FT_HTTP_GET, R_HEALTH},
+    {"/metrics", FT_HTTP_GET, R_METRICS},
 };
 
 /* Compares the whole key in constant time, so response timing does not
@@ -523,10 +547,10 @@ static bool key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
-static bool authorized(const struct srv *s, struct evhttp_request *req) {
+static bool authorized(const struct srv *s, const struct ft_http_request *req) {
     if (!s->cfg->api_key)
         return true;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *h = ft_http_field(req, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
         return false;
     h += 7;
@@ -535,13 +559,13 @@ static bool authorized(const struct srv *s, struct evhttp_request *req) {
     return key_matches(h, s->cfg->api_key);
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
-    struct srv *s = arg;
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (!path || !*path)
-        path = "/";
-    const enum evhttp_cmd_type method = evhttp_request_get_command(req);
+/* The connection's on_request: a complete request to route. */
+static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request *req, const char *body,
+                       size_t body_len) {
+    struct srv *s = ud;
+    const char *path = req->path;
+    /* HEAD is GET without the body (the connection leaves it out). */
+    const enum ft_http_method method = req->method == FT_HTTP_HEAD ? FT_HTTP_GET : req->method;
     const struct route *route = NULL;
     bool path_known = false;
     for (size_t i = 0; i < FT_ARRAY_LEN(k_routes); i++) {
@@ -555,34 +579,49 @@ static void on_request(struct evhttp_request *req, void *arg) {
     char msg[300];
     /* /health stays open so a load balancer needs no key. */
     if (!(route && route->kind == R_HEALTH) && !authorized(s, req)) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
-        reply_error(s, req, endpoint, 401,
-                    "missing or incorrect API key: send it as 'Authorization: Bearer KEY'", NULL, "invalid_api_key");
+        static const struct ft_http_header_out h[] = {{"WWW-Authenticate", "Bearer"}};
+        reply_error_h(s, c, req, endpoint, 401, "missing or incorrect API key: send it as 'Authorization: Bearer KEY'",
+                      NULL, "invalid_api_key", h, 1);
         return;
     }
     if (!path_known) {
-        snprintf(msg, sizeof(msg), "unknown URL: %s %.200s", method_name(method), path);
-        reply_error(s, req, endpoint, 404, msg, NULL, "unknown_url");
+        snprintf(msg, sizeof(msg), "unknown URL: %s %.200s", req->method_name, path);
+        reply_error(s, c, req, endpoint, 404, msg, NULL, "unknown_url");
         return;
     }
     if (!route) {
-        const char *allowed = "GET";
+        const char *allowed = "GET, HEAD";
         for (size_t i = 0; i < FT_ARRAY_LEN(k_routes); i++)
-            if (!strcmp(path, k_routes[i].path))
-                allowed = method_name(k_routes[i].method);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allowed);
-        snprintf(msg, sizeof(msg), "method %s is not allowed for %s (use %s)", method_name(method), path, allowed);
-        reply_error(s, req, endpoint, 405, msg, NULL, "method_not_allowed");
+            if (!strcmp(path, k_routes[i].path) && k_routes[i].method == FT_HTTP_POST)
+                allowed = "POST";
+        const struct ft_http_header_out h[] = {{"Allow", allowed}};
+        snprintf(msg, sizeof(msg), "method %s is not allowed for %s (use %s)", req->method_name, path, allowed);
+        reply_error_h(s, c, req, endpoint, 405, msg, NULL, "method_not_allowed", h, 1);
         return;
     }
     switch (route->kind) {
-    case R_CHAT: handle_generate(s, req, route->path, FT_API_CHAT); break;
-    case R_COMPLETIONS: handle_generate(s, req, route->path, FT_API_COMPLETIONS); break;
-    case R_MODELS: handle_models(s, req, route->path); break;
-    case R_HEALTH: handle_health(s, req, route->path); break;
-    case R_METRICS: handle_metrics(s, req, route->path); break;
+    case R_CHAT: handle_generate(s, c, req, body, body_len, route->path, FT_API_CHAT); break;
+    case R_COMPLETIONS: handle_generate(s, c, req, body, body_len, route->path, FT_API_COMPLETIONS); break;
+    case R_MODELS: handle_models(s, c, req, route->path); break;
+    case R_HEALTH: handle_health(s, c, req, route->path); break;
+    case R_METRICS: handle_metrics(s, c, req, route->path); break;
     }
 }
+
+/* The connection's on_refused: what could not be read as a request. */
+static void on_refused(void *ud, struct ft_conn *c, const struct ft_http_request *req, int status, const char *message,
+                       const char *code) {
+    struct srv *s = ud;
+    struct ft_http_header_out h[1];
+    int n = 0;
+    if (status == 405)
+        h[n++] = (struct ft_http_header_out){"Allow", "GET, HEAD, POST"};
+    else if (status == 503)
+        h[n++] = (struct ft_http_header_out){"Retry-After", "1"};
+    reply_error_h(s, c, req, "other", status, message, NULL, code, h, n);
+}
+
+static void on_conn_closed(void *ud) { check_drained(ud); }
 
 /* ---- start-up and shut-down ---------------------------------------------------- */
 
@@ -610,11 +649,101 @@ static void on_loaded(evutil_socket_t fd, short what, void *arg) {
             (int)s->backend->n_ctx, (int)s->backend->n_parallel, ft_clock_source());
 }
 
+/* Tell every request in flight to stop; each still ends through DONE and
+ * its client gets a clear error. */
+static void cancel_inflight(struct srv *s) {
+    if (s->cancelled)
+        return;
+    s->cancelled = true;
+    if (s->n_inflight)
+        fprintf(stderr, "ft serve: cancelling %d request%s in flight\n", s->n_inflight, s->n_inflight == 1 ? "" : "s");
+    for (struct srv_req *r = s->inflight; r; r = r->next)
+        atomic_store(&r->er.cancel, true);
+    /* Clients that do not read their answers do not hold the exit up long. */
+    const struct timeval tv = {SRV_HARD_EXIT_SECONDS, 0};
+    event_add(s->drain_ev, &tv);
+}
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    struct srv *s = arg;
+    if (!s->cancelled) {
+        cancel_inflight(s);
+        return;
+    }
+    fprintf(stderr, "ft serve: %d connection%s still open after the shutdown; closing them\n",
+            ft_conn_pool_count(s->pool), ft_conn_pool_count(s->pool) == 1 ? "" : "s");
+    event_base_loopexit(s->base, NULL);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg) {
     (void)what;
     struct srv *s = arg;
-    fprintf(stderr, "ft serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    event_base_loopexit(s->base, NULL);
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (s->signals++) {
+        fprintf(stderr, "ft serve: %s again: cancelling now\n", name);
+        cancel_inflight(s);
+        check_drained(s);
+        return;
+    }
+    fprintf(stderr, "ft serve: %s: shutting down (%d request%s in flight, waiting up to %d s)\n", name,
+            s->n_inflight, s->n_inflight == 1 ? "" : "s", s->cfg->shutdown_timeout_s);
+    if (s->listener)
+        evconnlistener_disable(s->listener);
+    event_del(s->accept_ev);
+    ft_conn_pool_drain(s->pool);
+    if (s->cfg->shutdown_timeout_s > 0) {
+        const struct timeval tv = {s->cfg->shutdown_timeout_s, 0};
+        event_add(s->drain_ev, &tv);
+    } else {
+        cancel_inflight(s);
+    }
+    check_drained(s);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
+    (void)l;
+    struct srv *s = arg;
+    ft_conn_pool_accept(s->pool, fd, sa, salen);
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    struct srv *s = arg;
+    if (!s->signals)
+        evconnlistener_enable(s->listener);
+}
+
+/* accept() failed (out of descriptors, most likely): pause accepting for a
+ * moment instead of spinning on the readable listening socket. */
+static void on_accept_error(struct evconnlistener *l, void *arg) {
+    struct srv *s = arg;
+    evconnlistener_disable(l);
+    const struct timeval tv = {0, 100 * 1000};
+    event_add(s->accept_ev, &tv);
+}
+
+/* Listen on host:port (numeric or a name getaddrinfo knows). */
+static struct evconnlistener *listen_on(struct srv *s, const char *host, int port) {
+    struct evutil_addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_ADDRCONFIG;
+    char port_s[16];
+    snprintf(port_s, sizeof(port_s), "%d", port);
+    if (evutil_getaddrinfo(host, port_s, &hints, &ai) != 0 || !ai)
+        return NULL;
+    struct evconnlistener *l = NULL;
+    for (struct evutil_addrinfo *a = ai; a && !l; a = a->ai_next)
+        l = evconnlistener_new_bind(s->base, on_accept, s, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+                                    a->ai_addr, (int)a->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+    if (l)
+        evconnlistener_set_error_cb(l, on_accept_error);
+    return l;
 }
 
 static void model_id_from_path(const char *path, char *out, size_t cap) {
@@ -644,9 +773,19 @@ int ft_server_run(const struct ft_server_config *cfg) {
     signal(SIGPIPE, SIG_IGN);
 
     int status = 1;
-    if (evthread_use_pthreads() != 0 || !(s->base = event_base_new()) || !(s->http = evhttp_new(s->base)) ||
-        !(s->prom = ft_prom_new()) || !(s->wake_ev = event_new(s->base, -1, 0, on_wake, s)) ||
+    const struct ft_conn_config ccfg = {
+        .limits = {.max_head = SRV_MAX_HEAD, .max_headers = SRV_MAX_HEADERS, .max_body = cfg->max_body},
+        .timeout_s = cfg->timeout_s,
+        .max_output = SRV_MAX_OUTPUT,
+        .max_conns = SRV_MAX_CONNS,
+    };
+    const struct ft_conn_handler handler = {on_request, on_refused, on_client_gone, on_conn_closed};
+    if (evthread_use_pthreads() != 0 || !(s->base = event_base_new()) ||
+        !(s->pool = ft_conn_pool_new(s->base, &ccfg, &handler, s)) || !(s->prom = ft_prom_new()) ||
+        !(s->wake_ev = event_new(s->base, -1, 0, on_wake, s)) ||
         !(s->loaded_ev = event_new(s->base, -1, 0, on_loaded, s)) ||
+        !(s->drain_ev = evtimer_new(s->base, on_drain_timeout, s)) ||
+        !(s->accept_ev = evtimer_new(s->base, on_accept_resume, s)) ||
         !(s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s)) ||
         !(s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s))) {
         fprintf(stderr, "ft serve: cannot set up the event loop\n");
@@ -654,19 +793,7 @@ int ft_server_run(const struct ft_server_config *cfg) {
     }
     event_add(s->sig_int, NULL);
     event_add(s->sig_term, NULL);
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-    /* evhttp answers bodies above its own cap with an HTML page before any
-     * callback sees them; the cap sits above --max-body-size so that every
-     * body up to it gets our OpenAI-style 413. */
-    const size_t transport_cap = cfg->max_body > ((size_t)1 << 40) ? cfg->max_body : cfg->max_body * 2 + 65536;
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)transport_cap);
-    evhttp_set_max_headers_size(s->http, 64 * 1024);
-    evhttp_set_timeout(s->http, cfg->timeout_s);
-    evhttp_set_gencb(s->http, on_request, s);
-    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(s->http, cfg->host, (ev_uint16_t)cfg->port);
-    if (!sock) {
+    if (!(s->listener = listen_on(s, cfg->host, cfg->port))) {
         fprintf(stderr, "ft serve: cannot listen on %s:%d (in use, or not an address of this machine)\n", cfg->host,
                 cfg->port);
         goto done;
@@ -674,7 +801,7 @@ int ft_server_run(const struct ft_server_config *cfg) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     int port = cfg->port;
-    if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &sl) == 0)
+    if (getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&ss, &sl) == 0)
         port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                               : ((struct sockaddr_in *)&ss)->sin_port);
     fprintf(stderr, "ft serve: listening on http://%s%s%s:%d (loading %s)\n", strchr(cfg->host, ':') ? "[" : "",
@@ -699,8 +826,14 @@ done:
     s->backend = NULL;
     if (s->wake_ev)
         on_wake(-1, 0, s);
-    if (s->http)
-        evhttp_free(s->http);
+    free(s->retired); /* the scheduler has stopped */
+    if (s->listener)
+        evconnlistener_free(s->listener);
+    ft_conn_pool_free(s->pool);
+    if (s->drain_ev)
+        event_free(s->drain_ev);
+    if (s->accept_ev)
+        event_free(s->accept_ev);
     if (s->sig_int)
         event_free(s->sig_int);
     if (s->sig_term)

@@ -1,38 +1,28 @@
-/* SSE framing on evhttp (http/sse.h). */
+/* SSE framing on a streamed connection response (http/sse.h). */
 #include "sse.h"
 
-#include <event2/buffer.h>
-#include <event2/http.h>
+#include "conn.h"
+
 #include <string.h>
 
-void ft_sse_start(struct evhttp_request *req) {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "text/event-stream");
-    evhttp_add_header(h, "Cache-Control", "no-cache");
-    /* Proxies such as nginx would otherwise hold the events back. */
-    evhttp_add_header(h, "X-Accel-Buffering", "no");
-    evhttp_send_reply_start(req, 200, "OK");
+void ft_sse_start(struct ft_conn *c) {
+    static const struct ft_http_header_out h[] = {
+        {"Cache-Control", "no-cache"},
+        {"X-Accel-Buffering", "no"}, /* proxies such as nginx would otherwise hold the events back */
+    };
+    ft_conn_stream_start(c, 200, "text/event-stream", h, 2);
 }
 
-void ft_sse_send(struct evhttp_request *req, const char *json) {
+int ft_sse_send(struct ft_conn *c, const char *json) {
     if (!json)
-        return;
-    struct evbuffer *b = evbuffer_new();
-    if (!b)
-        return;
-    evbuffer_add(b, "data: ", 6);
-    evbuffer_add(b, json, strlen(json));
-    evbuffer_add(b, "\n\n", 2);
-    evhttp_send_reply_chunk(req, b);
-    evbuffer_free(b);
+        return 0;
+    if (ft_conn_stream_write(c, "data: ", 6) || ft_conn_stream_write(c, json, strlen(json)) ||
+        ft_conn_stream_write(c, "\n\n", 2))
+        return -1;
+    return 0;
 }
 
-void ft_sse_finish(struct evhttp_request *req) {
-    struct evbuffer *b = evbuffer_new();
-    if (b) {
-        evbuffer_add(b, "data: [DONE]\n\n", 14);
-        evhttp_send_reply_chunk(req, b);
-        evbuffer_free(b);
-    }
-    evhttp_send_reply_end(req);
+void ft_sse_finish(struct ft_conn *c) {
+    if (ft_conn_stream_write(c, "data: [DONE]\n\n", 14) == 0)
+        ft_conn_stream_end(c);
 }

@@ -1,15 +1,16 @@
-/* Server-sent events over an evhttp chunked reply, as OpenAI streams:
- * "data: <json>\n\n" per event and "data: [DONE]\n\n" at the end. */
+/* Server-sent events over a streamed (chunked) HTTP response, as OpenAI
+ * streams: "data: <json>\n\n" per event and "data: [DONE]\n\n" at the end. */
 #ifndef FT_HTTP_SSE_H
 #define FT_HTTP_SSE_H
 
-struct evhttp_request;
+struct ft_conn;
 
-/* Status 200 with text/event-stream headers; starts the chunked reply. */
-void ft_sse_start(struct evhttp_request *req);
-/* One event carrying `json` (NULL sends nothing). */
-void ft_sse_send(struct evhttp_request *req, const char *json);
+/* Status 200 with text/event-stream headers; starts the streamed reply. */
+void ft_sse_start(struct ft_conn *c);
+/* One event carrying `json` (NULL sends nothing). -1: the client cannot
+ * keep up and the connection was closed (the handler's on_gone ran). */
+int ft_sse_send(struct ft_conn *c, const char *json);
 /* data: [DONE] and the end of the reply. */
-void ft_sse_finish(struct evhttp_request *req);
+void ft_sse_finish(struct ft_conn *c);
 
 #endif

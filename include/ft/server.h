@@ -26,11 +26,14 @@ struct ft_server_config {
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
-    int timeout_s;                  /* idle connection / stalled write timeout; generation has none */
+    int timeout_s;                  /* idle connection / slow request / stalled write timeout; generation has none */
+    int shutdown_timeout_s;         /* SIGTERM: in-flight requests get this long before they are cancelled */
 };
 
 /* Listen, load the model in the background (GET /health answers 503 until
- * it is ready), serve until SIGINT or SIGTERM. Returns the process exit
+ * it is ready), serve until SIGINT or SIGTERM, then drain: no new
+ * connections, requests in flight finish (cancelled after
+ * shutdown_timeout_s, or at a second signal). Returns the process exit
  * status: 0 after a signal, 1 if the model or the socket failed (one error
  * line on stderr). */
 int ft_server_run(const struct ft_server_config *cfg);
