@@ -80,7 +80,6 @@ struct srv {
     int signals;             /* SIGINT/SIGTERM seen */
     bool cancelled;          /* in-flight requests were told to stop */
     struct srv_req *inflight; /* submitted, DONE not yet handled */
-    struct srv_req *retired;  /* see srv_req_retire() */
     int n_inflight;
     pthread_t loader;
     bool loader_started;
@@ -233,35 +232,16 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
 
 /* ---- the loop's side: requests in flight ----------------------------------- */
 
-static void srv_req_free_parts(struct srv_req *r) {
+static void srv_req_free(struct srv_req *r) {
+    if (!r)
+        return;
     ft_api_request_free(&r->api);
     ft_request_timing_free(&r->er.timing);
     free(r->prompt);
     free(r->outbox);
-    r->prompt = NULL;
-    r->outbox = NULL;
     if (r->text)
         evbuffer_free(r->text);
-    r->text = NULL;
-}
-
-static void srv_req_free(struct srv_req *r) {
-    if (!r)
-        return;
-    srv_req_free_parts(r);
     free(r);
-}
-
-/* A finished request's shell is kept until the next one finishes (or the
- * scheduler is gone): the one-request-at-a-time engine/scheduler.c keeps
- * `current` pointing at the request it ran until a moment after its DONE,
- * and a shutdown in that moment writes the cancel flag (ASan caught it);
- * the next DONE proves the previous shell unused. The continuous-batching
- * scheduler touches nothing after DONE, and this can go with it. */
-static void srv_req_retire(struct srv *s, struct srv_req *r) {
-    srv_req_free_parts(r);
-    free(s->retired);
-    s->retired = r;
 }
 
 static void inflight_add(struct srv *s, struct srv_req *r) {
@@ -370,7 +350,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
                              : ft_finish_reason_name(er->finish);
     record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error);
     inflight_remove(s, r);
-    srv_req_retire(s, r);
+    srv_req_free(r); /* the scheduler never touches a request after its DONE */
     check_drained(s);
 }
 
@@ -826,7 +806,6 @@ done:
     s->backend = NULL;
     if (s->wake_ev)
         on_wake(-1, 0, s);
-    free(s->retired); /* the scheduler has stopped */
     if (s->listener)
         evconnlistener_free(s->listener);
     ft_conn_pool_free(s->pool);
