@@ -352,11 +352,13 @@ def test_sigterm_lets_request_finish(binary, slow_model):
 def test_sigterm_past_shutdown_timeout_cancels(binary, slow_model):
     s = start(binary, slow_model, "-c", "4096", "-b", "16", "--shutdown-timeout", "1")
     plain = connect(s)
-    plain.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000}))
+    # Greedy, so whether the random model ever ends a text early (by
+    # end-of-sequence) is the same every run: here it does not.
+    plain.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0}))
     wait_for(lambda: metric(s, "ft_requests_running") == 1, "the request to run")
     stream = connect(s)
     stream.sendall(post_bytes("/v1/chat/completions", {"messages": [{"role": "user", "content": "b"}],
-                                                       "max_tokens": 4000, "stream": True}))
+                                                       "max_tokens": 4000, "stream": True, "temperature": 0}))
     rs = Reader(stream)
     st, h, _ = rs.response(head_only=True)
     assert st == 200 and h["transfer-encoding"] == "chunked"
@@ -364,7 +366,7 @@ def test_sigterm_past_shutdown_timeout_cancels(binary, slow_model):
     # The running request is cancelled after a second: a 503 JSON error.
     st, h, b = Reader(plain).response()
     check_json_error(st, h, b, 503, "shutting_down", "shutting down")
-    # The waiting stream ends with an error event, then [DONE].
+    # The stream ends with an error event, then [DONE].
     body = rs.chunked_body()
     events = [e[6:] for e in body.split(b"\n\n") if e.startswith(b"data: ")]
     assert events[-1] == b"[DONE]", body
