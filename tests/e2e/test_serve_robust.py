@@ -268,14 +268,17 @@ def log_499s(s):
 
 
 def test_disconnects_cancel_generation(binary, slow_model):
-    s = start(binary, slow_model, "-c", "4096", "-b", "16", "--cache-slots", "1", "--no-prefix-cache")
+    # 4 prompt tokens per step: the long prompt's prefill takes 90 steps, so
+    # the client is gone while it runs. Greedy: the random model's texts end
+    # (or not) the same way every run.
+    s = start(binary, slow_model, "-c", "4096", "-b", "4", "--parallel", "1", "--no-prefix-cache")
     try:
         long_prompt = "the keeper lit the lamp " * 60
         cases = [
-            ("prefill, non-streaming", {"prompt": long_prompt, "max_tokens": 4}),
-            ("prefill, streaming", {"prompt": long_prompt, "max_tokens": 4, "stream": True}),
-            ("decode, non-streaming", {"prompt": "a", "max_tokens": 4000}),
-            ("decode, streaming", {"prompt": "b", "max_tokens": 4000, "stream": True}),
+            ("prefill, non-streaming", {"prompt": long_prompt, "max_tokens": 4, "temperature": 0}),
+            ("prefill, streaming", {"prompt": long_prompt, "max_tokens": 4, "stream": True, "temperature": 0}),
+            ("decode, non-streaming", {"prompt": "a", "max_tokens": 4000, "temperature": 0}),
+            ("decode, streaming", {"prompt": "b", "max_tokens": 4000, "stream": True, "temperature": 0}),
         ]
         for i, (what, body) in enumerate(cases):
             sock = connect(s)
@@ -297,20 +300,20 @@ def test_disconnects_cancel_generation(binary, slow_model):
             n = int(re.search(r"completion_tokens=(\d+)", line).group(1))
             assert n < body["max_tokens"], (what, line)
             # The next request is served normally.
-            status, resp = s.post("/v1/completions", {"prompt": "next", "max_tokens": 2})
+            status, resp = s.post("/v1/completions", {"prompt": "next", "max_tokens": 2, "temperature": 0})
             assert status == 200 and resp["usage"]["completion_tokens"] == 2, (what, resp)
     finally:
         stop_clean(s)
 
 
 def test_queue_full_503_retry_after(binary, slow_model):
-    s = start(binary, slow_model, "-c", "4096", "-b", "16", "--max-queue", "1")
+    s = start(binary, slow_model, "-c", "4096", "-b", "16", "--parallel", "1", "--max-queue", "1")
     try:
         running = connect(s)
-        running.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000}))
+        running.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0}))
         wait_for(lambda: metric(s, "ft_requests_running") == 1, "the first request to run")
         waiting = connect(s)
-        waiting.sendall(post_bytes("/v1/completions", {"prompt": "b", "max_tokens": 4000}))
+        waiting.sendall(post_bytes("/v1/completions", {"prompt": "b", "max_tokens": 4000, "temperature": 0}))
         wait_for(lambda: metric(s, "ft_requests_waiting") == 1, "the second request to wait")
         st, h, b = raw_exchange(s, post_bytes("/v1/completions", {"prompt": "c", "max_tokens": 2}))
         check_json_error(st, h, b, 503, "server_busy")
