@@ -3,7 +3,7 @@
  * logits stay exactly those of an unshared run), idle cached blocks evicted
  * oldest first only when the free list is empty, and errors that change
  * nothing (tiny llama model from ../shared). */
-#include "ft_test.h"
+#include "ft_test_model.h"
 
 #include "ft/common.h"
 #include "ft/model.h"
@@ -37,14 +37,7 @@ static int eval(struct ft_kv_cache *kv, int32_t seq, const int32_t *tokens, int3
 static bool same(const float *a, const float *b, int32_t n) { return !memcmp(a, b, sizeof(float) * (size_t)n); }
 
 int main(void) {
-    const char *shared = ft_test_shared_dir();
-    if (!shared)
-        FT_TEST_SKIP("FT_SHARED_DIR (../shared with models/) not found; no model to run");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/models/llama-F16.gguf", shared);
-    struct ft_model_params mp = {.n_threads = 1};
-    if (ft_model_load(path, &mp, &g_model) != FT_OK)
-        FT_TEST_SKIP("cannot load %s", path);
+    g_model = ft_test_load_shared_model("llama-F16.gguf", 1);
     const int32_t nv = ft_model_hparams(g_model)->n_vocab;
     float *ref = malloc(sizeof(float) * (size_t)nv), *got = malloc(sizeof(float) * (size_t)nv);
     int32_t t[64];

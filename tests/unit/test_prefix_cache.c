@@ -2,7 +2,7 @@
  * identical with and without reuse, blocks shared between sequences at
  * once, a shared prompt that ends inside a block, eviction when the pool
  * runs dry (tiny llama model from ../shared). */
-#include "ft_test.h"
+#include "ft_test_model.h"
 
 #include "ft/common.h"
 #include "ft/generate.h"
@@ -68,14 +68,7 @@ static int32_t tokenize(const char *text, int32_t *out, int32_t cap) {
 }
 
 int main(void) {
-    const char *shared = ft_test_shared_dir();
-    if (!shared)
-        FT_TEST_SKIP("FT_SHARED_DIR (../shared with models/) not found; no model to run");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/models/llama-F16.gguf", shared);
-    struct ft_model_params mp = {.n_threads = 1};
-    if (ft_model_load(path, &mp, &g_model) != FT_OK)
-        FT_TEST_SKIP("cannot load %s", path);
+    g_model = ft_test_load_shared_model("llama-F16.gguf", 1);
 
     struct ft_kv_cache *kv_on = NULL, *kv_off = NULL;
     struct ft_prefix_cache *on = NULL, *off = NULL;

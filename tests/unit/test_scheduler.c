@@ -3,7 +3,7 @@
  * one step give the greedy output each gives alone), cancellation in
  * prefill and in decode, and shutdown with requests in flight (tiny llama
  * model from ../shared). */
-#include "ft_test.h"
+#include "ft_test_model.h"
 
 #include "ft/clock.h"
 #include "ft/common.h"
@@ -353,14 +353,7 @@ static void test_free_in_flight(const int32_t *ids, int32_t n) {
 }
 
 int main(void) {
-    const char *shared = ft_test_shared_dir();
-    if (!shared)
-        FT_TEST_SKIP("FT_SHARED_DIR (../shared with models/) not found; no model to run");
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/models/llama-Q8_0.gguf", shared);
-    struct ft_model_params mp = {.n_threads = 1};
-    if (ft_model_load(path, &mp, &g_model) != FT_OK)
-        FT_TEST_SKIP("cannot load %s", path);
+    g_model = ft_test_load_shared_model("llama-Q8_0.gguf", 1);
     ft_clock_init();
 
     int32_t ids[64];

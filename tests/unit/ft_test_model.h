@@ -1,0 +1,22 @@
+/* Loading one of ../shared/models in a unit test: skips (exit 77) with a
+ * message when ../shared or the model is absent. */
+#ifndef FT_TEST_MODEL_H
+#define FT_TEST_MODEL_H
+
+#include "ft/model.h"
+#include "ft_test.h"
+
+static inline struct ft_model *ft_test_load_shared_model(const char *name, int n_threads) {
+    const char *shared = ft_test_shared_dir();
+    if (!shared)
+        FT_TEST_SKIP("FT_SHARED_DIR (../shared with models/) not found; no model to run");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/models/%s", shared, name);
+    struct ft_model_params mp = {.n_threads = n_threads};
+    struct ft_model *m = NULL;
+    if (ft_model_load(path, &mp, &m) != FT_OK)
+        FT_TEST_SKIP("cannot load %s", path);
+    return m;
+}
+
+#endif
