@@ -3,6 +3,7 @@
 #ifndef FT_TEST_MODEL_H
 #define FT_TEST_MODEL_H
 
+#include "ft/common.h"
 #include "ft/model.h"
 #include "ft_test.h"
 
