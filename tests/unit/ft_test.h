@@ -6,6 +6,7 @@
 #define FT_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,19 @@ static inline const char *ft_test_shared_dir(void) {
         return NULL;
     fclose(f);
     return d;
+}
+
+/* Roughly normal floats (12 uniforms minus 6) from a xorshift64 state the
+ * caller seeds, so each test keeps its own reproducible sequence. */
+static inline float ft_test_rng_gauss(uint64_t *state) {
+    float s = 0.0f;
+    for (int i = 0; i < 12; i++) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        s += (float)((*state >> 40) * 0x1p-24);
+    }
+    return s - 6.0f;
 }
 
 #define FT_TEST_SKIP(...)                      \

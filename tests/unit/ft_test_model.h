@@ -5,6 +5,7 @@
 
 #include "ft/common.h"
 #include "ft/model.h"
+#include "ft/tokenizer.h"
 #include "ft_test.h"
 
 static inline struct ft_model *ft_test_load_shared_model(const char *name, int n_threads) {
@@ -18,6 +19,18 @@ static inline struct ft_model *ft_test_load_shared_model(const char *name, int n
     if (ft_model_load(path, &mp, &m) != FT_OK)
         FT_TEST_SKIP("cannot load %s", path);
     return m;
+}
+
+/* text's tokens (with BOS) into out, at most cap of them; returns the count. */
+static inline int32_t ft_test_tokenize(struct ft_model *m, const char *text, int32_t *out, int32_t cap) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(ft_tokenize(ft_model_tokenizer(m), text, strlen(text), true, false, &ids, &n), FT_OK);
+    if ((int32_t)n > cap)
+        n = (size_t)cap;
+    memcpy(out, ids, sizeof(int32_t) * n);
+    free(ids);
+    return (int32_t)n;
 }
 
 #endif

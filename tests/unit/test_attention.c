@@ -28,16 +28,7 @@
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 
-static float rng_gauss(void) {
-    float s = 0.0f;
-    for (int i = 0; i < 12; i++) {
-        g_rng ^= g_rng << 13;
-        g_rng ^= g_rng >> 7;
-        g_rng ^= g_rng << 17;
-        s += (float)((g_rng >> 40) * 0x1p-24);
-    }
-    return s - 6.0f;
-}
+static float rng_gauss(void) { return ft_test_rng_gauss(&g_rng); }
 
 struct shape {
     int32_t n_head, n_head_kv;

@@ -18,16 +18,7 @@
 
 static uint64_t g_rng = 0x243f6a8885a308d3ull;
 
-static float rng_gauss(void) {
-    float s = 0.0f;
-    for (int i = 0; i < 12; i++) {
-        g_rng ^= g_rng << 13;
-        g_rng ^= g_rng >> 7;
-        g_rng ^= g_rng << 17;
-        s += (float)((g_rng >> 40) * 0x1p-24);
-    }
-    return s - 6.0f;
-}
+static float rng_gauss(void) { return ft_test_rng_gauss(&g_rng); }
 
 struct slice {
     const float *a, *w;

@@ -57,14 +57,7 @@ static void check_same(const struct run *a, const struct run *b, const char *wha
 }
 
 static int32_t tokenize(const char *text, int32_t *out, int32_t cap) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    CHECK_EQ_INT(ft_tokenize(ft_model_tokenizer(g_model), text, strlen(text), true, false, &ids, &n), FT_OK);
-    if ((int32_t)n > cap)
-        n = (size_t)cap;
-    memcpy(out, ids, sizeof(int32_t) * n);
-    free(ids);
-    return (int32_t)n;
+    return ft_test_tokenize(g_model, text, out, cap);
 }
 
 int main(void) {

@@ -118,14 +118,7 @@ static void check_invariants(const struct ft_request *r) {
 static struct ft_model *g_model;
 
 static int32_t tokenize(const char *text, int32_t *out, int32_t cap) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    CHECK_EQ_INT(ft_tokenize(ft_model_tokenizer(g_model), text, strlen(text), true, false, &ids, &n), FT_OK);
-    if ((int32_t)n > cap)
-        n = (size_t)cap;
-    memcpy(out, ids, sizeof(int32_t) * n);
-    free(ids);
-    return (int32_t)n;
+    return ft_test_tokenize(g_model, text, out, cap);
 }
 
 static void greedy(struct ft_request *r, const int32_t *prompt, int32_t n, int32_t max_tokens, int id) {
