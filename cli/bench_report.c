@@ -107,7 +107,7 @@ void bench_model_describe(const struct ft_gguf *g, const char *arch, struct benc
 /* ---- statistics --------------------------------------------------------------- */
 
 static double sample_ts(const struct bench_result *r, int i) {
-    return 1e9 * (double)(r->n_prompt + r->n_gen) / (double)r->samples_ns[i];
+    return 1e9 * (double)(r->n_prompt + (int64_t)r->n_gen * FT_MAX(1, r->n_parallel)) / (double)r->samples_ns[i];
 }
 
 double bench_avg_ts(const struct bench_result *r) {
@@ -156,6 +156,8 @@ void bench_test_name(const struct bench_result *r, char *buf, size_t cap) {
         n = snprintf(buf, cap, "tg%d", r->n_gen);
     else
         n = snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
+    if (r->n_parallel > 1 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " x%d", r->n_parallel);
     if (r->n_depth > 0 && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, " @ d%d", r->n_depth);
 }
@@ -209,7 +211,7 @@ struct field {
     double d;
 };
 
-#define N_FIELDS 20
+#define N_FIELDS 21
 
 static void fill_fields(const struct bench_result *r, struct field *fl, char *test, size_t test_cap) {
     bench_test_name(r, test, test_cap);
@@ -229,6 +231,7 @@ static void fill_fields(const struct bench_result *r, struct field *fl, char *te
         {"n_prompt", F_INT, NULL, r->n_prompt, 0},
         {"n_gen", F_INT, NULL, r->n_gen, 0},
         {"n_depth", F_INT, NULL, r->n_depth, 0},
+        {"n_parallel", F_INT, NULL, FT_MAX(1, r->n_parallel), 0},
         {"test", F_STR, test, 0, 0},
         {"test_time", F_STR, r->test_time, 0, 0},
         {"avg_ns", F_INT, NULL, (long long)avg_ns(r), 0},

@@ -33,6 +33,7 @@ struct bench_result {
     const char *numa;     /* "off", ... */
     int n_threads, n_batch, n_prompt, n_gen;
     int n_depth;        /* tokens in the KV cache before the test (llama-bench -d) */
+    int n_parallel;     /* tgN: sequences decoding together (0 or 1: one) */
     char test_time[32]; /* ISO 8601, UTC, when the test started */
     int n_samples;
     const uint64_t *samples_ns; /* one per repetition, after the warm-up */
@@ -41,11 +42,12 @@ struct bench_result {
 void bench_model_describe(const struct ft_gguf *g, const char *arch, struct bench_model_info *out);
 
 /* Mean and sample standard deviation (n - 1), as llama-bench computes them;
- * tokens/s per sample is 1e9 * (n_prompt + n_gen) / ns. */
+ * tokens/s per sample is 1e9 * (n_prompt + n_gen * n_parallel) / ns. */
 double bench_avg_ts(const struct bench_result *r);
 double bench_stddev_ts(const struct bench_result *r);
 
-/* "pp512", "tg128" or "pp512+tg128", with " @ d4096" at a depth (llama-bench's names). */
+/* "pp512", "tg128" or "pp512+tg128", with " x8" for 8 parallel sequences
+ * and " @ d4096" at a depth (llama-bench's names, and ours for -np). */
 void bench_test_name(const struct bench_result *r, char *buf, size_t cap);
 
 int bench_format_parse(const char *s, enum bench_format *out); /* -1: unknown */

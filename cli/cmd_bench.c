@@ -7,6 +7,9 @@
  *        token is BOS when the vocabulary adds one, the rest random ids.
  *   tgN  N tokens evaluated one at a time from an empty cache (BOS first),
  *        each forward pass producing logits, the next id random.
+ *   "xP" (-np P, as llama-batched-bench's decode): P sequences decode
+ *        together, one token each per forward pass with logits for all P
+ *        (what `ft serve` does for P requests); tokens/s counts all P.
  *   "@ dD" (-d D, llama-bench's n_depth): the test runs after D tokens are
  *        already in the KV cache (a prompt of D, evaluated untimed once per
  *        test; each repetition truncates the cache back to D), so decode
@@ -40,6 +43,7 @@
 #define BENCH_MAX_THREADS 1024
 #define BENCH_MAX_TOKENS (1 << 20)
 #define BENCH_MAX_REPS 1000
+#define BENCH_MAX_PARALLEL 256
 
 /* ---- NUMA ------------------------------------------------------------------------ */
 
@@ -59,7 +63,8 @@ struct bench_run {
     int n_batch;
     uint64_t rng;
     int32_t *tokens, *pos, *seq; /* n_batch entries */
-    float *logits;               /* n_vocab */
+    bool *want;                  /* n_batch entries, all true */
+    float *logits;               /* n_vocab x the largest -np */
 };
 
 static int32_t random_token(struct bench_run *b) {
@@ -70,14 +75,15 @@ static int32_t random_token(struct bench_run *b) {
     return (int32_t)(z % (uint64_t)b->n_vocab);
 }
 
-/* llama-bench's test_prompt: n_prompt tokens in batches of n_batch, from
- * position start (BOS first at position 0). */
-static int run_prompt(struct bench_run *b, int start, int n_prompt) {
+/* llama-bench's test_prompt: n_prompt tokens of sequence seq in batches of
+ * n_batch, from position start (BOS first at position 0). */
+static int run_prompt(struct bench_run *b, int32_t seq, int start, int n_prompt) {
     for (int done = 0; done < n_prompt;) {
         const int n = FT_MIN(n_prompt - done, b->n_batch);
         for (int i = 0; i < n; i++) {
             b->pos[i] = start + done + i;
             b->tokens[i] = (b->pos[i] == 0 && b->add_bos) ? b->bos : random_token(b);
+            b->seq[i] = seq;
         }
         const struct ft_batch batch = {.n_tokens = n, .token = b->tokens, .pos = b->pos, .seq_id = b->seq};
         int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
@@ -88,16 +94,24 @@ static int run_prompt(struct bench_run *b, int start, int n_prompt) {
     return 0;
 }
 
-/* llama-bench's test_gen: n_gen single-token passes from position start. */
-static int run_gen(struct bench_run *b, int start, int n_gen) {
-    int32_t token = start == 0 && b->add_bos ? b->bos : random_token(b);
+/* llama-bench's test_gen: n_gen single-token passes from position start;
+ * with n_par > 1 every pass takes one token of each of sequences
+ * 0..n_par-1 (all at the same position) and computes logits for all. */
+static int run_gen(struct bench_run *b, int start, int n_gen, int n_par) {
+    for (int s = 0; s < n_par; s++) {
+        b->tokens[s] = start == 0 && b->add_bos ? b->bos : random_token(b);
+        b->seq[s] = s;
+    }
     for (int i = 0; i < n_gen; i++) {
-        const int32_t pos = start + i;
-        const struct ft_batch batch = {.n_tokens = 1, .token = &token, .pos = &pos, .seq_id = b->seq};
+        for (int s = 0; s < n_par; s++)
+            b->pos[s] = start + i;
+        const struct ft_batch batch = {
+            .n_tokens = n_par, .token = b->tokens, .pos = b->pos, .seq_id = b->seq, .want_logits = b->want};
         int rc = ft_model_forward(b->m, b->kv, &batch, b->logits);
         if (rc)
             return rc;
-        token = random_token(b);
+        for (int s = 0; s < n_par; s++)
+            b->tokens[s] = random_token(b);
     }
     return 0;
 }
@@ -142,32 +156,34 @@ static int run_test(struct bench_run *b, struct bench_result *r, bool warmup, in
     gmtime_r(&now, &tm);
     strftime(r->test_time, sizeof(r->test_time), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
-    const int d = r->n_depth;
-    int rc = ft_kv_cache_new(b->m, d + r->n_prompt + r->n_gen, 1, &b->kv);
+    const int d = r->n_depth, n_par = FT_MAX(1, r->n_parallel);
+    int rc = ft_kv_cache_new(b->m, d + r->n_prompt + r->n_gen, n_par, &b->kv);
     if (rc)
         return rc;
     if (d > 0) {
         progress(pr, test, "depth", 0, 0);
-        if ((rc = run_prompt(b, 0, d)))
-            goto done;
+        for (int s = 0; s < n_par; s++)
+            if ((rc = run_prompt(b, s, 0, d)))
+                goto done;
     }
     if (warmup) {
         progress(pr, test, "warm-up", 0, 0);
-        if (r->n_prompt > 0 && (rc = run_prompt(b, d, r->n_prompt)))
+        if (r->n_prompt > 0 && (rc = run_prompt(b, 0, d, r->n_prompt)))
             goto done;
         if (r->n_gen > 0) {
             ft_kv_cache_seq_truncate(b->kv, 0, d);
-            if ((rc = run_gen(b, d, 1)))
+            if ((rc = run_gen(b, d, 1, n_par)))
                 goto done;
         }
     }
     for (int i = 0; i < reps; i++) {
         progress(pr, test, "run", i + 1, reps);
-        ft_kv_cache_seq_truncate(b->kv, 0, d);
+        for (int s = 0; s < n_par; s++)
+            ft_kv_cache_seq_truncate(b->kv, s, d);
         const uint64_t t0 = now_ns();
-        if (r->n_prompt > 0 && (rc = run_prompt(b, d, r->n_prompt)))
+        if (r->n_prompt > 0 && (rc = run_prompt(b, 0, d, r->n_prompt)))
             goto done;
-        if (r->n_gen > 0 && (rc = run_gen(b, d, r->n_gen)))
+        if (r->n_gen > 0 && (rc = run_gen(b, d, r->n_gen, n_par)))
             goto done;
         samples[i] = now_ns() - t0;
     }
@@ -202,7 +218,7 @@ static int default_threads(void) { return ft_hw_n_cores(); }
 
 int ft_cmd_bench(int argc, char **argv) {
     struct ft_str_list models = {0};
-    const char *p_s = "512", *n_s = "128", *d_s = "0", *t_s = NULL, *numa = "off", *fmt_s = "md";
+    const char *p_s = "512", *n_s = "128", *d_s = "0", *np_s = "1", *t_s = NULL, *numa = "off", *fmt_s = "md";
     int reps = 5, n_batch = 2048, numa_node = -1;
     uint64_t seed = 1;
     bool no_warmup = false, hw = false, use_mmap = false;
@@ -212,6 +228,8 @@ int ft_cmd_bench(int argc, char **argv) {
         {"-n", "--n-gen", FT_OPT_STR, &n_s, "N[,N..]", "generated tokens of the tgN tests (default 128; 0 = none)"},
         {"-d", "--n-depth", FT_OPT_STR, &d_s, "N[,N..]",
          "tokens already in the KV cache when each test starts (default 0), rows \"tg128 @ d4096\""},
+        {"-np", "--parallel", FT_OPT_STR, &np_s, "N[,N..]",
+         "sequences decoding together in the tgN tests, one token each per pass (default 1), rows \"tg128 x8\""},
         {"-t", "--threads", FT_OPT_STR, &t_s, "N[,N..]", "thread counts (default: one per core)"},
         {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
@@ -225,11 +243,13 @@ int ft_cmd_bench(int argc, char **argv) {
     };
     const struct ft_cmd_spec spec = {
         "bench",
-        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-r 5] [-t 1,2] [-o md|csv|json]",
+        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-np 1] [-r 5] [-t 1,2] [-o md|csv|json]",
         "Measures prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a time)\n"
         "throughput in tokens/s, mean ± standard deviation over the repetitions after a warm-up, as\n"
         "llama-bench does; one row per model x threads x depth x test. With -d D a test starts with D\n"
         "tokens already in the KV cache (not timed): \"tg128 @ d4096\" is decode at a 4096-token context.\n"
+        "With -np P, P sequences decode together as P requests do in ft serve: \"tg128 x8\" counts the\n"
+        "tokens of all 8.\n"
         "JSON and CSV use llama-bench's field names (n_depth too). Progress goes to stderr when it is a terminal.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
     const char *pos[1];
@@ -251,6 +271,13 @@ int ft_cmd_bench(int argc, char **argv) {
     int n_depths = parse_list("-d", d_s, 0, BENCH_MAX_TOKENS, depths);
     if (n_depths < 0)
         return 2;
+    int pars[BENCH_MAX_LIST];
+    int n_pars = parse_list("-np", np_s, 1, BENCH_MAX_PARALLEL, pars);
+    if (n_pars < 0)
+        return 2;
+    int max_par = 1;
+    for (int i = 0; i < n_pars; i++)
+        max_par = FT_MAX(max_par, pars[i]);
     int n_threads_list = 1;
     threads[0] = n_default_threads;
     if (t_s && (n_threads_list = parse_list("-t", t_s, 1, BENCH_MAX_THREADS, threads)) < 0)
@@ -293,17 +320,22 @@ int ft_cmd_bench(int argc, char **argv) {
     const struct bench_progress base_pr = {.on = isatty(STDERR_FILENO)};
     uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)reps);
     struct bench_run b = {.n_batch = n_batch, .rng = seed};
-    b.tokens = malloc(sizeof(int32_t) * (size_t)n_batch);
-    b.pos = malloc(sizeof(int32_t) * (size_t)n_batch);
-    b.seq = calloc((size_t)n_batch, sizeof(int32_t));
-    if (!samples || !b.tokens || !b.pos || !b.seq) {
+    const size_t n_entries = (size_t)FT_MAX(n_batch, max_par);
+    b.tokens = malloc(sizeof(int32_t) * n_entries);
+    b.pos = malloc(sizeof(int32_t) * n_entries);
+    b.seq = calloc(n_entries, sizeof(int32_t));
+    b.want = malloc(sizeof(bool) * n_entries);
+    if (!samples || !b.tokens || !b.pos || !b.seq || !b.want) {
         fprintf(stderr, "ft bench: out of memory\n");
         free(samples);
         free(b.tokens);
         free(b.pos);
         free(b.seq);
+        free(b.want);
         return 1;
     }
+    for (size_t i = 0; i < n_entries; i++)
+        b.want[i] = true;
 
     int status = 0;
     bench_report_begin(stdout, fmt);
@@ -325,7 +357,7 @@ int ft_cmd_bench(int argc, char **argv) {
             b.n_vocab = hp->n_vocab;
             b.bos = ft_tokenizer_bos(tok);
             b.add_bos = ft_tokenizer_add_bos(tok) && b.bos >= 0;
-            b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab);
+            b.logits = malloc(sizeof(float) * (size_t)hp->n_vocab * (size_t)max_par);
             if (!b.logits) {
                 fprintf(stderr, "ft bench: out of memory\n");
                 status = 1;
@@ -333,10 +365,14 @@ int ft_cmd_bench(int argc, char **argv) {
             struct bench_progress pr = base_pr;
             pr.model = path;
             pr.n_threads = threads[ti];
-            /* llama-bench's order: per depth, every ppN, then every tgN. */
-            for (int k = 0; k < n_depths * (n_prompts + n_gens) && status == 0; k++) {
-                const int depth = depths[k / (n_prompts + n_gens)];
-                const int kt = k % (n_prompts + n_gens);
+            /* llama-bench's order: per depth, every ppN, then every tgN (for
+             * each -np). */
+            const int per_depth = n_prompts + n_gens * n_pars;
+            for (int k = 0; k < n_depths * per_depth && status == 0; k++) {
+                const int depth = depths[k / per_depth];
+                const int kt = k % per_depth < n_prompts ? k % per_depth
+                                                         : n_prompts + (k % per_depth - n_prompts) / n_pars;
+                const int par = k % per_depth < n_prompts ? 1 : pars[(k % per_depth - n_prompts) % n_pars];
                 struct bench_result res = {
                     .model_filename = path,
                     .model = &info,
@@ -348,6 +384,7 @@ int ft_cmd_bench(int argc, char **argv) {
                     .n_prompt = kt < n_prompts ? prompts[kt] : 0,
                     .n_gen = kt < n_prompts ? 0 : gens[kt - n_prompts],
                     .n_depth = depth,
+                    .n_parallel = par,
                 };
                 if (res.n_prompt == 0 && res.n_gen == 0)
                     continue;
@@ -373,5 +410,6 @@ int ft_cmd_bench(int argc, char **argv) {
     free(b.tokens);
     free(b.pos);
     free(b.seq);
+    free(b.want);
     return status;
 }

@@ -23,6 +23,12 @@
  *            activation tile, in blocks of tokens so the panel and the
  *            token block share L2.
  *
+ *   repacked weights repacked at load (engine/repack.c) take their tiles'
+ *            kernel for every batch, one token too: activations are
+ *            packed into tiles as for the GEMM, and each thread takes
+ *            chunks of weight tiles straight from the weights (no
+ *            unpacking), in blocks of tokens as the GEMM does.
+ *
  * Float weights (F32/F16/BF16) in batches take the float GEMM of
  * engine/gemm_float.c instead.
  *
@@ -45,7 +51,11 @@
 /* Bytes of unpacked weights a thread works on at a time (at least one tile). */
 #define FT_QGEMM_PANEL_BYTES (512u << 10)
 
+/* The tiled kernels of w for n_tok tokens (its repacked ones, or the
+ * level's GEMM), or NULL for vec_dot. */
 static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok) {
+    if (w->rw)
+        return w->rw;
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
     return g && n_tok >= g->min_tokens ? g : NULL;
 }
@@ -68,6 +78,11 @@ static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
 static void need_of(const struct ft_weight *w, int32_t n_tok, size_t *act, size_t *panel) {
     if (!w->data || w->rows <= 0)
         return;
+    if (w->rw) { /* activation tiles only: the kernel reads the weights */
+        const size_t tiles = (size_t)(n_tok + w->rw->tile_tokens - 1) / (size_t)w->rw->tile_tokens;
+        *act = FT_MAX(*act, tiles * w->rw->a_tile_size(w->cols));
+        return;
+    }
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
         const struct ft_qgemm *g = ft_qgemm_get_isa(w->type, (enum ft_isa)isa);
         if (!g || n_tok < g->min_tokens)
@@ -139,8 +154,8 @@ static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enu
         return in;
     struct act_task c = {vdt, in, f->n_rows, k, f->s->act, *a_row, g, f->s->qg_act};
     /* one token: converting on this thread is cheaper than a dispatch */
-    if (f->n_rows == 1 && !g)
-        convert_rows(&c, 0, 1);
+    if (f->n_rows == 1)
+        act_run(&c, 0, 1);
     else
         ft_threadpool_run(f->m->pool, act_run, &c);
     return f->s->act;
@@ -247,9 +262,13 @@ static void gemm_run(void *ctx, int ith, int nth) {
         const struct ft_qgemm *g = t->g[prod];
         const char *wd = ft_weight_data(w, node); /* node-local copy (--numa) */
         const int tr = g->tile_rows;
-        const size_t w_tile = g->w_tile_size(w->cols);
         const int64_t np = (r1 - r0 + tr - 1) / tr;
-        for (int64_t j = 0; j < np; j++) {
+        /* repacked weights are read in place; others are unpacked first */
+        const size_t w_tile = w->rw ? g->rw_tile_size(w->cols) : g->w_tile_size(w->cols);
+        const char *tiles = w->rw ? wd + (size_t)(r0 / tr) * w_tile : panel;
+        void (*kernel)(const void *, const void *, int64_t, int, int, float *, int64_t) =
+            w->rw ? g->kernel_rw : g->kernel;
+        for (int64_t j = 0; !w->rw && j < np; j++) {
             const int64_t rr = r0 + j * tr;
             g->pack_w(wd + (size_t)rr * w->row_size, w->row_size, (int)FT_MIN((int64_t)tr, r1 - rr),
                       w->cols, panel + (size_t)j * w_tile);
@@ -261,8 +280,8 @@ static void gemm_run(void *ctx, int ith, int nth) {
                 const int nr = (int)FT_MIN((int64_t)tr, r1 - rr);
                 for (int32_t a = ab; a < ae; a++) {
                     const int nt = (int)FT_MIN((int32_t)tt, t->n_tok - a * tt);
-                    g->kernel(panel + (size_t)j * w_tile, (const char *)t->a_tiles + (size_t)a * a_tile, w->cols, nr,
-                              nt, p->out + (int64_t)a * tt * w->rows + rr, w->rows);
+                    kernel(tiles + (size_t)j * w_tile, (const char *)t->a_tiles + (size_t)a * a_tile, w->cols, nr, nt,
+                           p->out + (int64_t)a * tt * w->rows + rr, w->rows);
                 }
             }
         }
@@ -296,7 +315,9 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         int64_t rows;
         if (g) { /* a panel of whole tiles; at least 4 per thread to share out */
             const int64_t tiles = (w->rows + g[i]->tile_rows - 1) / g[i]->tile_rows;
-            const int64_t cap = (int64_t)FT_MAX((size_t)1, t.panel_stride / g[i]->w_tile_size(w->cols));
+            const size_t cap_bytes = w->rw ? FT_QGEMM_PANEL_BYTES : t.panel_stride;
+            const size_t tile_bytes = w->rw ? g[i]->rw_tile_size(w->cols) : g[i]->w_tile_size(w->cols);
+            const int64_t cap = (int64_t)FT_MAX((size_t)1, cap_bytes / tile_bytes);
             rows = FT_MAX((int64_t)1, FT_MIN(cap, tiles / (4 * nth))) * g[i]->tile_rows;
         } else {
             rows = FT_MAX((int64_t)16, (int64_t)(FT_MM_CHUNK_BYTES / w->row_size) / 16 * 16);

@@ -441,7 +441,7 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
     };
     if ((rc = ft_threadpool_new_ex(&tp, &m->pool)))
         goto fail;
-    if ((rc = ft_numa_weights_place(m, !(params && params->mmap))))
+    if ((rc = ft_numa_weights_place(m, !(params && params->mmap))) || (rc = ft_weights_repack(m)))
         goto fail;
     /* Per-thread attention scratch does not depend on the batch size. */
     const int nth = ft_threadpool_n_threads(m->pool);

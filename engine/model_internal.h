@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct ft_qgemm;
+
 /* Tokens evaluated per internal pass: a larger batch is split so scratch
  * stays bounded (each pass writes its KV before the next one reads it). */
 #define FT_UBATCH 512
@@ -39,6 +41,9 @@ struct ft_weight {
     size_t row_size;  /* bytes per row */
     const struct ft_weight_replicas *rep; /* NULL unless replicated */
     size_t rep_off;   /* offset of this tensor inside every copy */
+    /* Non-NULL: repacked at load (engine/repack.c), data holds rw's tiles
+     * of rw->tile_rows rows in row order, read only by rw->kernel_rw. */
+    const struct ft_qgemm *rw;
 };
 
 /* The copy of w's bytes to read on NUMA node `node`: in a task, pass
@@ -296,6 +301,10 @@ void ft_blk_output(struct ft_fwd *f);
  * any step that replaces weight data, before the first forward. The copies
  * belong to m->numa_weights. */
 int ft_numa_weights_place(struct ft_model *m, bool copy_when_off);
+/* After ft_numa_weights_place copied the weights: repack, in every copy,
+ * the matmul weights whose type the kernel level repacks (engine/repack.c).
+ * FT_REPACK=0 in the environment turns it off (for comparisons). */
+int ft_weights_repack(struct ft_model *m);
 void ft_numa_weights_free(struct ft_numa_weights *nw); /* accepts NULL */
 
 /* ---- tensor binding (engine/model.c), used by the arch files ---- */

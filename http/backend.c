@@ -34,8 +34,10 @@ static char *dup_piece(const struct ft_tokenizer *tok, int32_t id) {
 /* The context per sequence and the number of parallel sequences: asked
  * for (or the model's context), such that the KV pool (every parallel
  * sequence at full context, plus the prefix cache's share) takes at most
- * half of the available memory. Fewer parallel sequences first; the
- * context shrinks only when even one does not fit. Each cap is logged. */
+ * half of the available memory. Without -c the model's context shrinks
+ * first (down to 4096 tokens); then there are fewer parallel sequences;
+ * the context shrinks further only when even one does not fit. Each cap
+ * is logged. */
 static bool choose_sizes(const struct ft_model *m, int32_t requested_ctx, int32_t parallel, int32_t *cache_mib,
                          int32_t *n_ctx_out, int32_t *parallel_out) {
     const struct ft_hparams *hp = ft_model_hparams(m);
@@ -51,8 +53,25 @@ static bool choose_sizes(const struct ft_model *m, int32_t requested_ctx, int32_
         cache = (double)*cache_mib * (1 << 20);
     }
     int32_t n_ctx = requested_ctx > 0 ? requested_ctx : (hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096);
+    const double per_block = per_token * FT_KV_BLOCK_TOKENS;
+    /* Without -c, the asked-for parallelism wins over the model's (often
+     * 128K) context: the context shrinks, but not below 4096 tokens (the
+     * default of llama.cpp's server), so that every parallel sequence fits. */
+    if (requested_ctx <= 0) {
+        const int32_t floor_ctx = FT_MIN(n_ctx, 4096);
+        const double blocks = (budget - cache) / (per_block * parallel) - 1; /* one for copy-on-write */
+        const int32_t fit = blocks >= (double)n_ctx / FT_KV_BLOCK_TOKENS ? n_ctx
+                                                                           : (int32_t)blocks * FT_KV_BLOCK_TOKENS;
+        if (fit < n_ctx) {
+            const int32_t c = FT_MAX(fit, floor_ctx);
+            FT_LOG_W("context capped to %d tokens (the model's is %d) so that %d parallel requests fit in %.2f GiB "
+                     "available (choose with -c and -np)",
+                     (int)c, (int)n_ctx, (int)parallel, avail / (1 << 30));
+            n_ctx = c;
+        }
+    }
     /* a sequence's share of the pool: its blocks plus one for copy-on-write */
-    const double per_seq = per_token * FT_KV_BLOCK_TOKENS * ((n_ctx + FT_KV_BLOCK_TOKENS - 1) / FT_KV_BLOCK_TOKENS + 1);
+    const double per_seq = per_block * ((n_ctx + FT_KV_BLOCK_TOKENS - 1) / FT_KV_BLOCK_TOKENS + 1);
     if (per_seq * parallel + cache > budget) {
         const int32_t fit = (int32_t)((budget - cache) / per_seq);
         if (fit >= 1) {

@@ -58,6 +58,16 @@ struct ft_qgemm {
      * (n_rows <= tile_rows, n_tok <= tile_tokens); nothing else is written. */
     void (*kernel)(const void *w_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
                    int64_t ld);
+    /* Optional (NULL: none): weights repacked once at load (engine/repack.c)
+     * into tiles of tile_rows rows that kernel_rw reads as they are, for any
+     * batch from one token up: no pack_w per product. repack_w takes exactly
+     * tile_rows rows, w_row bytes apart; a repacked tile is rw_tile_size(k)
+     * bytes, which is tile_rows rows' bytes, so it can replace them in place.
+     * kernel_rw takes any n_tok from 1 to tile_tokens, as kernel does. */
+    size_t (*rw_tile_size)(int64_t k);
+    void (*repack_w)(const void *w, size_t w_row, int64_t k, void *tile);
+    void (*kernel_rw)(const void *rw_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
+                      int64_t ld);
 };
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when

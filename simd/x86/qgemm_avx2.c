@@ -40,53 +40,74 @@ static inline float ldf(const uint8_t *p) {
     return f;
 }
 
+/* Bytes per block of a repacked Q4_0 tile (repack_w_q4_0): 4 ymm of the
+ * 8 rows' quant bytes as they are in the file, dword j of row i in dword i
+ * of ymm j (low nibbles: elements 4j..4j+3, high: 16+4j..), then the 8
+ * rows' f16 scales. As many bytes as the 8 rows' blocks. */
+#define RW_Q4_0_BLOCK (4 * 32 + 2 * TR)
+
+/* Tokens t0..t0+NT-1 (NT <= TH) of an activation tile times a weight tile.
+ * RAW: the weight tile is a repacked Q4_0 one (G 32, no mins), whose
+ * nibbles are split here, in registers, instead of by a packer. */
 __attribute__((always_inline)) static inline void kernel_half(const uint8_t *restrict w, const uint8_t *restrict a,
                                                               int64_t k, int n_rows, int n_tok, int t0,
                                                               float *restrict out, int64_t ld, const int G,
-                                                              const int ABLK, const int MINS, const int XINT) {
+                                                              const int ABLK, const int MINS, const int XINT,
+                                                              const int NT, const int RAW) {
     const int nsub = ABLK / G;
     const int ngrp = G / 4;
-    const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
+    const size_t sb_bytes = RAW ? RW_Q4_0_BLOCK : ft_qg_sb_bytes(TR, G, MINS);
     const size_t ab_bytes = ft_qg_ab_bytes(G, ABLK);
     const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 facc[TH];
-    for (int t = 0; t < TH; t++)
+    for (int t = 0; t < NT; t++)
         facc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
         const uint8_t *D = a + ABLK * TT + 4 * t0;
         const uint8_t *X = a + ABLK * TT + 4 * TT + 4 * t0;
         for (int s = 0; s < nsub; s++, w += sb_bytes) {
             __m256i acc[TH];
-            for (int t = 0; t < TH; t++)
+            for (int t = 0; t < NT; t++)
                 acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm256_setzero_si256();
             const uint8_t *aq = a + (size_t)s * ngrp * TT * 4 + 4 * t0;
             for (int gi = 0; gi < ngrp; gi += 2) {
-                const __m256i W0 = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
-                const __m256i W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
-                for (int t = 0; t < TH; t++) {
-                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (gi * TT + t) * 4));
-                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + ((gi + 1) * TT + t) * 4));
+                /* the pair of groups (g0, g1) that W0 and W1 hold */
+                const int g0 = RAW ? gi / 2 : gi, g1 = RAW ? gi / 2 + 4 : gi + 1;
+                __m256i W0, W1;
+                if (RAW) {
+                    const __m256i T = _mm256_loadu_si256((const __m256i *)(w + gi / 2 * 32));
+                    W0 = _mm256_and_si256(T, m4);
+                    W1 = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                } else {
+                    W0 = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
+                    W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
+                }
+                for (int t = 0; t < NT; t++) {
+                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TT + t) * 4));
+                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TT + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
                 }
             }
-            const __m256 S = _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
+            const __m256 S = RAW ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 4 * 32)))
+                                 : _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
             if (nsub == 1) {
-                for (int t = 0; t < TH; t++)
+                for (int t = 0; t < NT; t++)
                     facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), S),
                                               _mm256_set1_ps(ldf(D + 4 * t)), facc[t]);
                 if (MINS) {
                     const __m256 M = _mm256_loadu_ps((const float *)(const void *)(w + G * TR + 4 * TR));
-                    for (int t = 0; t < TH; t++)
+                    for (int t = 0; t < NT; t++)
                         facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + 4 * t)), facc[t]);
                 }
             } else {
-                for (int t = 0; t < TH; t++) {
+                for (int t = 0; t < NT; t++) {
                     const __m256 SD = _mm256_mul_ps(S, _mm256_set1_ps(ldf(D + 4 * t)));
                     facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), SD, facc[t]);
                 }
                 if (MINS) {
                     const __m256 M = _mm256_loadu_ps((const float *)(const void *)(w + G * TR + 4 * TR));
-                    for (int t = 0; t < TH; t++)
+                    for (int t = 0; t < NT; t++)
                         facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + (s * TT + t) * 4) * ldf(D + 4 * t)),
                                                   facc[t]);
                 }
@@ -94,7 +115,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
         }
     }
     const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    for (int t = 0; t < TH; t++)
+    for (int t = 0; t < NT; t++)
         if (t0 + t < n_tok)
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }
@@ -146,15 +167,34 @@ static void kernel_q8_0(const void *w, const void *a, int64_t k, int n_rows, int
 
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
-        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT);                                \
+        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT, TH, 0);                         \
         if (n_tok > TH)                                                                                      \
-            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT);                           \
+            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT, TH, 0);                    \
     }
 KERNEL(kernel_q4_0_class, 32, 32, 0, 1)  /* Q4_0, Q5_0 */
 KERNEL(kernel_q4_1_class, 32, 32, 1, 0)  /* Q4_1, Q5_1 */
 KERNEL(kernel_k32_mins, 32, 256, 1, 0)   /* Q4_K, Q5_K */
 KERNEL(kernel_k16_mins, 16, 256, 1, 0)   /* Q2_K */
 KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
+
+/* Repacked Q4_0 tiles: tokens t0..t0+nt-1 (nt 1..4), only as many token
+ * passes as there are tokens, so a single token (decode) costs a quarter
+ * of a 4-token pass. */
+static void kernel_rw_q4_0_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,
+                                float *out, int64_t ld) {
+    switch (nt) {
+    case 1: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 1, 1); break;
+    case 2: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 2, 1); break;
+    case 3: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 3, 1); break;
+    default: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 4, 1); break;
+    }
+}
+
+static void kernel_rw_q4_0(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    kernel_rw_q4_0_pass(w, a, k, n_rows, n_tok, 0, n_tok < TH ? n_tok : TH, out, ld);
+    if (n_tok > TH)
+        kernel_rw_q4_0_pass(w, a, k, n_rows, n_tok, TH, n_tok - TH, out, ld);
+}
 
 FT_QG_PACK_W_PORTABLE(pack_w_, TR)
 
@@ -200,6 +240,24 @@ static void pack_w_q4_0_fast(const void *w, size_t w_row, int n_rows, int64_t k,
                                 _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4));
         }
         _mm256_storeu_ps((float *)(void *)(o + 32 * TR), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d)));
+    }
+}
+
+/* Q4_0 rows, once at load, into the tiles kernel_rw_q4_0 reads: the same
+ * transposes as pack_w_q4_0_fast without the nibble split, so a tile is
+ * as small as the rows and decode streams it as it would the rows. */
+static size_t rw_size_q4_0(int64_t k) { return (size_t)(k / 32) * RW_Q4_0_BLOCK; }
+
+static void repack_w_q4_0(const void *w, size_t w_row, int64_t k, void *tile) {
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, o += RW_Q4_0_BLOCK) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
+        __m256i t[4];
+        rows8_dwords4(p + 2, w_row, t);
+        for (int j = 0; j < 4; j++)
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), t[j]);
+        for (int r = 0; r < TR; r++)
+            memcpy(o + 4 * 32 + 2 * r, p + (size_t)r * w_row, 2);
     }
 }
 
@@ -273,7 +331,11 @@ SIZES(size_k16_offset, 16, 256, 0)
         .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
         .kernel = KER};
 ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
-ENTRY(Q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
+static const struct ft_qgemm g_Q4_0 = {
+    .type = FT_TYPE_Q4_0, .act_type = FT_TYPE_Q8_0, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
+    .w_tile_size = size_q4_0_class_w, .a_tile_size = size_q4_0_class_a, .pack_w = pack_w_q4_0_fast,
+    .pack_a = pack_a_q4_0, .kernel = kernel_q4_0_class,
+    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0};
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)

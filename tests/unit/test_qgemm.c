@@ -104,25 +104,38 @@ static struct buf buf_new(size_t n) {
 
 static double g_max_err[FT_ISA_COUNT][FT_TYPE_COUNT];
 
-/* out[t * ld + r] = the GEMM's product of rows x n_tok, tile by tile. */
+/* out[t * ld + r] = the GEMM's product of rows x n_tok, tile by tile.
+ * repacked: whole tiles go through repack_w and kernel_rw (the weights
+ * engine/repack.c repacks at load), the last partial one as usual. */
 static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, int rows, const uint8_t *a,
-                     size_t a_row, int n_tok, int64_t k, float *out, int64_t ld) {
+                     size_t a_row, int n_tok, int64_t k, float *out, int64_t ld, bool repacked) {
     struct buf wt = buf_new(g->w_tile_size(k)), at = buf_new(g->a_tile_size(k));
+    struct buf rt = buf_new(repacked ? g->rw_tile_size(k) : 1);
     for (int t0 = 0; t0 < n_tok; t0 += g->tile_tokens) {
         const int nt = n_tok - t0 < g->tile_tokens ? n_tok - t0 : g->tile_tokens;
         g->pack_a(a + (size_t)t0 * a_row, a_row, nt, k, at.p);
         for (int r0 = 0; r0 < rows; r0 += g->tile_rows) {
             const int nr = rows - r0 < g->tile_rows ? rows - r0 : g->tile_rows;
+            if (repacked && nr == g->tile_rows) {
+                g->repack_w(w + (size_t)r0 * w_row, w_row, k, rt.p);
+                g->kernel_rw(rt.p, at.p, k, nr, nt, out + t0 * ld + r0, ld);
+                continue;
+            }
             g->pack_w(w + (size_t)r0 * w_row, w_row, nr, k, wt.p);
             g->kernel(wt.p, at.p, k, nr, nt, out + t0 * ld + r0, ld);
         }
     }
     free(wt.base);
     free(at.base);
+    free(rt.base);
 }
 
-/* rows x n_tok product of one type at one level and row length. */
-static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes) {
+/* rows x n_tok product of one type at one level and row length (with
+ * repacked: through the repacked tiles, which must also give exactly the
+ * floats of the unpacked ones: the same integer sums, scaled in the same
+ * order). */
+static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes,
+                       bool repacked) {
     const enum ft_type t = g->type;
     const struct ft_type_info *ref = ft_type_traits_ref(t);
     const struct ft_type_info *aref = ft_type_traits_ref(ref->vec_dot_type);
@@ -158,14 +171,25 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
     const float marker = -12345.5f;
     for (int64_t i = 0; i < tok_rows * ld; i++)
         out[i] = marker;
-    gemm_run(g, w, w_row, rows, a, a_row, n_tok, k, out, ld);
+    gemm_run(g, w, w_row, rows, a, a_row, n_tok, k, out, ld, repacked);
+    if (repacked) {
+        CHECK_EQ_INT((long long)g->rw_tile_size(k), (long long)((size_t)g->tile_rows * w_row));
+        float *out_packed = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
+        for (int64_t i = 0; i < tok_rows * ld; i++)
+            out_packed[i] = marker;
+        gemm_run(g, w, w_row, rows, a, a_row, n_tok, k, out_packed, ld, false);
+        CHECKF(memcmp(out, out_packed, (size_t)tok_rows * (size_t)ld * sizeof(float)) == 0,
+               "%s repacked %s k=%lld rows=%d tokens=%d: not the floats of the unpacked tiles", ft_isa_name(isa),
+               ref->name, (long long)k, rows, n_tok);
+        free(out_packed);
+    }
 
     /* neon-i8mm sums the same integers as neon-dotprod and applies the
      * scales in the same order: the floats must be identical */
     if (isa == FT_ISA_NEON_I8MM && ft_isa_supported(FT_ISA_NEON_DOTPROD)) {
         float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
-        gemm_run(ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld);
+        gemm_run(ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld, false);
         CHECKF(memcmp(out, out_dot, (size_t)tok_rows * (size_t)ld * sizeof(float)) == 0,
                "neon-i8mm gemm %s k=%lld rows=%d tokens=%d: not the floats of neon-dotprod", ref->name,
                (long long)k, rows, n_tok);
@@ -190,9 +214,10 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
                 g_max_err[isa][t] = rel;
             if (!(err <= 1e-5 * norm + 1e-30) || !isfinite(s)) {
                 if (bad++ < 3)
-                    CHECKF(0, "%s gemm %s k=%lld rows=%d tokens=%d%s: out[%d][%d] = %.9g, ref %.9g (diff %.3g, tol %.3g)",
+                    CHECKF(0, "%s gemm %s k=%lld rows=%d tokens=%d%s%s: out[%d][%d] = %.9g, ref %.9g (diff %.3g, tol %.3g)",
                            ft_isa_name(isa), ref->name, (long long)k, rows, n_tok,
-                           random_bytes ? " (random bytes)" : "", i, r, (double)s, (double)s_ref, err,
+                           random_bytes ? " (random bytes)" : "", repacked ? " (repacked)" : "", i, r, (double)s,
+                           (double)s_ref, err,
                            1e-5 * norm + 1e-30);
             }
         }
@@ -217,7 +242,7 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
 }
 
 static void check_level(enum ft_isa isa) {
-    int n_gemm = 0;
+    int n_gemm = 0, n_rw = 0;
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++) {
         const enum ft_type t = k_types[ti];
         const struct ft_qgemm *g = ft_qgemm_get_isa(t, isa);
@@ -239,12 +264,18 @@ static void check_level(enum ft_isa isa) {
                 continue;
             const int rows = 2 * g->tile_rows + 5;
             g_rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(k * 1000003 + (int64_t)t * 17 + isa);
-            check_gemm(isa, g, k, rows, g->tile_tokens + 5, 0);
-            check_gemm(isa, g, k, rows, 1, 1);
-            check_gemm(isa, g, k, g->tile_rows, 2 * g->tile_tokens, 1);
+            check_gemm(isa, g, k, rows, g->tile_tokens + 5, 0, false);
+            check_gemm(isa, g, k, rows, 1, 1, false);
+            check_gemm(isa, g, k, g->tile_rows, 2 * g->tile_tokens, 1, false);
+            if (g->repack_w) /* every batch size the kernel takes, one token (decode) too */
+                for (int nt = 1; nt <= g->tile_tokens + 3; nt++)
+                    check_gemm(isa, g, k, rows, nt, nt % 2, true);
         }
+        if (g->repack_w)
+            n_rw++;
+        CHECK((g->repack_w != NULL) == (g->kernel_rw != NULL) && (g->repack_w != NULL) == (g->rw_tile_size != NULL));
     }
-    printf("level %-13s %d GEMM types; max |diff| / sum|x*y|:", ft_isa_name(isa), n_gemm);
+    printf("level %-13s %d GEMM types (%d repacked at load); max |diff| / sum|x*y|:", ft_isa_name(isa), n_gemm, n_rw);
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++)
         if (ft_qgemm_get_isa(k_types[ti], isa))
             printf(" %s %.1e", ft_type_name(k_types[ti]), g_max_err[isa][k_types[ti]]);

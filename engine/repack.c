@@ -1,0 +1,133 @@
+/* Repacking matmul weights once at load into the tiles their kernel reads
+ * (include/ft/qgemm.h: repack_w / kernel_rw), so no product unpacks them
+ * again: decode of a few requests then costs little more than decode of
+ * one, and a single token reads the tiles as it would the rows.
+ *
+ * Only copied weights are repacked (the file mapping of --mmap stays as it
+ * is), in place and in every NUMA copy, one tile after another on the
+ * thread pool; a tile has exactly as many bytes as its rows. The token
+ * embedding is never repacked (rows are looked up one by one), nor an
+ * output head that shares its bytes. The kernels are the level's at load:
+ * a later ft_cpu_force_isa() does not change them for this model. */
+#include "ft/qgemm.h"
+#include "model_internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_COPIES 64
+
+struct repack_job {
+    struct ft_weight *w;
+    char *dst[MAX_COPIES]; /* every copy of w's bytes */
+    int n_dst;
+};
+
+struct repack_task {
+    struct repack_job *jobs;
+    int n_jobs;
+    int64_t *first_tile; /* per job, n_jobs + 1: prefix sums of tiles */
+    size_t max_tile;     /* bytes of the largest tile */
+    atomic_int_fast64_t next;
+    atomic_int failed;
+};
+
+static void repack_run(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    struct repack_task *t = ctx;
+    char *rows = malloc(t->max_tile);
+    if (!rows) {
+        atomic_store(&t->failed, 1);
+        return;
+    }
+    int j = 0;
+    for (;;) {
+        const int64_t c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (c >= t->first_tile[t->n_jobs])
+            break;
+        while (c >= t->first_tile[j + 1])
+            j++;
+        const struct repack_job *jb = &t->jobs[j];
+        const struct ft_qgemm *g = jb->w->rw;
+        const size_t bytes = (size_t)g->tile_rows * jb->w->row_size;
+        const size_t off = (size_t)(c - t->first_tile[j]) * bytes;
+        for (int d = 0; d < jb->n_dst; d++) {
+            memcpy(rows, jb->dst[d] + off, bytes);
+            g->repack_w(rows, jb->w->row_size, jb->w->cols, jb->dst[d] + off);
+        }
+    }
+    free(rows);
+}
+
+/* The kernels that would take w repacked, or NULL. */
+static const struct ft_qgemm *repack_for(const struct ft_model *m, const struct ft_weight *w) {
+    if (!w->data || w->rows <= 0 || w == &m->tok_embd || w->data == m->tok_embd.data)
+        return NULL;
+    const struct ft_qgemm *g = ft_qgemm_get(w->type);
+    if (!g || !g->repack_w || w->rows % g->tile_rows != 0 ||
+        g->rw_tile_size(w->cols) != (size_t)g->tile_rows * w->row_size)
+        return NULL;
+    return g;
+}
+
+int ft_weights_repack(struct ft_model *m) {
+    const char *env = getenv("FT_REPACK");
+    if (!m->numa_weights || (env && !strcmp(env, "0")))
+        return FT_OK;
+    const int n_max = 1 + 7 * m->hp.n_layer;
+    struct repack_job *jobs = calloc((size_t)n_max, sizeof(*jobs));
+    int64_t *first = malloc(sizeof(int64_t) * ((size_t)n_max + 1));
+    if (!jobs || !first) {
+        free(jobs);
+        free(first);
+        return FT_ENOMEM;
+    }
+    struct repack_task t = {.jobs = jobs, .first_tile = first};
+    first[0] = 0;
+    size_t bytes = 0;
+    for (int i = -1; i < m->hp.n_layer; i++) {
+        struct ft_layer *l = i >= 0 ? &m->layers[i] : NULL;
+        struct ft_weight *ws[] = {l ? &l->wq : &m->output, l ? &l->wk : NULL, l ? &l->wv : NULL, l ? &l->wo : NULL,
+                                  l ? &l->ffn_gate : NULL, l ? &l->ffn_up : NULL, l ? &l->ffn_down : NULL};
+        for (size_t k = 0; k < FT_ARRAY_LEN(ws); k++) {
+            struct ft_weight *w = ws[k];
+            const struct ft_qgemm *g = w ? repack_for(m, w) : NULL;
+            if (!g)
+                continue;
+            struct repack_job *jb = &jobs[t.n_jobs];
+            jb->w = w;
+            jb->dst[jb->n_dst++] = (char *)(uintptr_t)w->data;
+            for (int nd = 0; w->rep && nd < w->rep->n_nodes; nd++) {
+                char *p = w->rep->base[nd] ? w->rep->base[nd] + w->rep_off : NULL;
+                bool seen = !p;
+                for (int d = 0; d < jb->n_dst && !seen; d++)
+                    seen = jb->dst[d] == p;
+                if (!seen && jb->n_dst < MAX_COPIES)
+                    jb->dst[jb->n_dst++] = p;
+            }
+            w->rw = g;
+            t.max_tile = FT_MAX(t.max_tile, (size_t)g->tile_rows * w->row_size);
+            first[t.n_jobs + 1] = first[t.n_jobs] + w->rows / g->tile_rows;
+            bytes += (size_t)w->rows * w->row_size;
+            t.n_jobs++;
+        }
+    }
+    int rc = FT_OK;
+    if (t.n_jobs > 0) {
+        atomic_init(&t.next, 0);
+        atomic_init(&t.failed, 0);
+        ft_threadpool_run(m->pool, repack_run, &t);
+        if (atomic_load(&t.failed)) {
+            FT_LOG_E("out of memory repacking the weights");
+            rc = FT_ENOMEM;
+        } else {
+            FT_LOG_I("weights: %d matrices (%.1f MiB) repacked for the %s kernels", t.n_jobs,
+                     (double)bytes / (1 << 20), ft_simd_isa_name());
+        }
+    }
+    free(jobs);
+    free(first);
+    return rc;
+}
