@@ -22,6 +22,7 @@
  *
  * Every function works on the rows of one internal batch (struct ft_fwd);
  * none allocates. */
+#include "ft/qgemm.h"
 #include "model_internal.h"
 
 #include <math.h>
@@ -121,9 +122,18 @@ static void embed_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1
     const struct embed_ctx *c = ctx;
     const struct ft_weight *e = &f->m->tok_embd;
     const ft_to_float_fn to_float = ft_type_traits(e->type)->to_float;
+    /* repacked (it is also the output head, engine/repack.c): rebuild the row */
+    _Alignas(64) char row[FT_RW_EMBED_ROW_MAX];
     for (int64_t i = i0; i < i1; i++) {
         float *x = f->s->x + i * e->cols;
-        to_float((const char *)e->data + (size_t)f->token[i] * e->row_size, x, e->cols);
+        const char *src = (const char *)e->data + (size_t)f->token[i] * e->row_size;
+        if (e->rw) {
+            const int tr = e->rw->tile_rows;
+            const size_t tile = (size_t)tr * e->row_size;
+            e->rw->rw_row((const char *)e->data + (size_t)(f->token[i] / tr) * tile, f->token[i] % tr, e->cols, row);
+            src = row;
+        }
+        to_float(src, x, e->cols);
         if (c->scale != 1.0f)
             for (int64_t j = 0; j < e->cols; j++)
                 x[j] *= c->scale;

@@ -46,6 +46,10 @@ struct ft_weight {
     const struct ft_qgemm *rw;
 };
 
+/* Largest row of a token embedding that may be repacked (its lookup
+ * rebuilds a row on the stack). */
+#define FT_RW_EMBED_ROW_MAX 16384
+
 /* The copy of w's bytes to read on NUMA node `node`: in a task, pass
  * ft_threadpool_current_node() so each worker reads its local copy. Any
  * node gives the same bytes; -1 (unknown) gives w->data. */

@@ -6,8 +6,9 @@
  * Only copied weights are repacked (the file mapping of --mmap stays as it
  * is), in place and in every NUMA copy, one tile after another on the
  * thread pool; a tile has exactly as many bytes as its rows. The token
- * embedding is never repacked (rows are looked up one by one), nor an
- * output head that shares its bytes. The kernels are the level's at load:
+ * embedding is repacked only when it is also the output head (tied
+ * weights, as in Llama 3.2 1B and Gemma 3), and then its lookup rebuilds
+ * each row (rw_row). The kernels are the level's at load:
  * a later ft_cpu_force_isa() does not change them for this model. */
 #include "ft/qgemm.h"
 #include "model_internal.h"
@@ -63,7 +64,9 @@ static void repack_run(void *ctx, int ith, int nth) {
 
 /* The kernels that would take w repacked, or NULL. */
 static const struct ft_qgemm *repack_for(const struct ft_model *m, const struct ft_weight *w) {
-    if (!w->data || w->rows <= 0 || w == &m->tok_embd || w->data == m->tok_embd.data)
+    const bool tied = m->output.data == m->tok_embd.data;
+    if (!w->data || w->rows <= 0 || (w == &m->tok_embd && (!tied || w->row_size > FT_RW_EMBED_ROW_MAX)) ||
+        (w == &m->output && tied))
         return NULL;
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
     if (!g || !g->repack_w || w->rows % g->tile_rows != 0 ||
@@ -76,7 +79,7 @@ int ft_weights_repack(struct ft_model *m) {
     const char *env = getenv("FT_REPACK");
     if (!m->numa_weights || (env && !strcmp(env, "0")))
         return FT_OK;
-    const int n_max = 1 + 7 * m->hp.n_layer;
+    const int n_max = 2 + 7 * m->hp.n_layer;
     struct repack_job *jobs = calloc((size_t)n_max, sizeof(*jobs));
     int64_t *first = malloc(sizeof(int64_t) * ((size_t)n_max + 1));
     if (!jobs || !first) {
@@ -89,8 +92,9 @@ int ft_weights_repack(struct ft_model *m) {
     size_t bytes = 0;
     for (int i = -1; i < m->hp.n_layer; i++) {
         struct ft_layer *l = i >= 0 ? &m->layers[i] : NULL;
-        struct ft_weight *ws[] = {l ? &l->wq : &m->output, l ? &l->wk : NULL, l ? &l->wv : NULL, l ? &l->wo : NULL,
-                                  l ? &l->ffn_gate : NULL, l ? &l->ffn_up : NULL, l ? &l->ffn_down : NULL};
+        struct ft_weight *ws[] = {l ? &l->wq : &m->output,  l ? &l->wk : &m->tok_embd, l ? &l->wv : NULL,
+                                  l ? &l->wo : NULL,        l ? &l->ffn_gate : NULL,   l ? &l->ffn_up : NULL,
+                                  l ? &l->ffn_down : NULL};
         for (size_t k = 0; k < FT_ARRAY_LEN(ws); k++) {
             struct ft_weight *w = ws[k];
             const struct ft_qgemm *g = w ? repack_for(m, w) : NULL;
@@ -114,6 +118,8 @@ int ft_weights_repack(struct ft_model *m) {
             t.n_jobs++;
         }
     }
+    if (m->output.data == m->tok_embd.data)
+        m->output.rw = m->tok_embd.rw; /* the same bytes */
     int rc = FT_OK;
     if (t.n_jobs > 0) {
         atomic_init(&t.next, 0);

@@ -58,7 +58,7 @@ struct ft_qgemm {
      * (n_rows <= tile_rows, n_tok <= tile_tokens); nothing else is written. */
     void (*kernel)(const void *w_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
                    int64_t ld);
-    /* Optional (NULL: none): weights repacked once at load (engine/repack.c)
+    /* Optional (NULL: none, else all four): weights repacked once at load (engine/repack.c)
      * into tiles of tile_rows rows that kernel_rw reads as they are, for any
      * batch from one token up: no pack_w per product. repack_w takes exactly
      * tile_rows rows, w_row bytes apart; a repacked tile is rw_tile_size(k)
@@ -68,6 +68,9 @@ struct ft_qgemm {
     void (*repack_w)(const void *w, size_t w_row, int64_t k, void *tile);
     void (*kernel_rw)(const void *rw_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
                       int64_t ld);
+    /* Row r of a repacked tile back in the type's own blocks (row_size
+     * bytes): the lookup of a token embedding that is also the output head. */
+    void (*rw_row)(const void *rw_tile, int r, int64_t k, void *row);
 };
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when

@@ -261,6 +261,16 @@ static void repack_w_q4_0(const void *w, size_t w_row, int64_t k, void *tile) {
     }
 }
 
+static void rw_row_q4_0(const void *tile, int r, int64_t k, void *row) {
+    const uint8_t *t = tile;
+    ft_block_q4_0 *o = row;
+    for (int64_t b = 0; b < k / 32; b++, t += RW_Q4_0_BLOCK) {
+        memcpy(&o[b].d, t + 4 * 32 + 2 * r, 2);
+        for (int j = 0; j < 4; j++)
+            memcpy(o[b].qs + 4 * j, t + 32 * j + 4 * r, 4);
+    }
+}
+
 /* Q6_K the same way (the usual type of the output head, which decode of
  * several requests multiplies through the GEMM): element 128h + 32k + l is
  * nibble k/2 of ql[64h + 32(k&1) + l] with bits 2k.. of qh[32h + l] on top. */
@@ -303,6 +313,145 @@ static void pack_w_q6_K_fast(const void *w, size_t w_row, int n_rows, int64_t k,
     }
 }
 
+/* Repacked Q6_K tiles (the usual output head; repack_w_q6_K), per super-
+ * block of 256 elements: the 8 rows' f16 d, then per sub-block of 16
+ * elements its 4 groups G0..G3 (4 elements of each row, as the unpacked
+ * tile has them) in 6 bits: N0 = G0 | G2 << 4 and N1 = G1 | G3 << 4 (low
+ * nibbles), H = the high 2 bits of G0..G3 at bits 0, 2, 4, 6; then the 8
+ * rows' int8 scales of the sub-block. 1680 bytes: the 8 rows' blocks. */
+#define RW_Q6_K_SUB (3 * 32 + TR)
+#define RW_Q6_K_SUPER (2 * TR + 16 * RW_Q6_K_SUB)
+
+static size_t rw_size_q6_K(int64_t k) { return (size_t)(k / FT_QK_K) * RW_Q6_K_SUPER; }
+
+static void repack_w_q6_K(const void *w, size_t w_row, int64_t k, void *tile) {
+    enum { SB = 16 * TR + 4 * TR }; /* ft_qg_sb_bytes(TR, 16, 0) */
+    uint8_t un[16 * SB];           /* one super-block, unpacked */
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, o += RW_Q6_K_SUPER) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q6_K);
+        pack_w_q6_K_fast(p, w_row, TR, FT_QK_K, un);
+        for (int r = 0; r < TR; r++) {
+            const ft_block_q6_K *blk = (const void *)(p + (size_t)r * w_row);
+            memcpy(o + 2 * r, &blk->d, 2);
+            for (int sub = 0; sub < 16; sub++)
+                o[2 * TR + sub * RW_Q6_K_SUB + 96 + r] = (uint8_t)blk->scales[sub];
+        }
+        for (int sub = 0; sub < 16; sub++) {
+            const uint8_t *u = un + (size_t)sub * SB;
+            __m256i g[4];
+            for (int j = 0; j < 4; j++)
+                g[j] = _mm256_loadu_si256((const __m256i *)(const void *)(u + 32 * j));
+            const __m256i n0 =
+                _mm256_or_si256(_mm256_and_si256(g[0], m4), _mm256_slli_epi16(_mm256_and_si256(g[2], m4), 4));
+            const __m256i n1 =
+                _mm256_or_si256(_mm256_and_si256(g[1], m4), _mm256_slli_epi16(_mm256_and_si256(g[3], m4), 4));
+            __m256i h = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++)
+                h = _mm256_or_si256(h, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(g[j], 4), m3), 2 * j));
+            uint8_t *q = o + 2 * TR + sub * RW_Q6_K_SUB;
+            _mm256_storeu_si256((__m256i *)(void *)q, n0);
+            _mm256_storeu_si256((__m256i *)(void *)(q + 32), n1);
+            _mm256_storeu_si256((__m256i *)(void *)(q + 64), h);
+        }
+    }
+}
+
+static void rw_row_q6_K(const void *tile, int r, int64_t k, void *row) {
+    const uint8_t *t = tile;
+    ft_block_q6_K *o = row;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, t += RW_Q6_K_SUPER) {
+        ft_block_q6_K *blk = &o[b];
+        memset(blk, 0, sizeof(*blk));
+        memcpy(&blk->d, t + 2 * r, 2);
+        for (int sub = 0; sub < 16; sub++) {
+            const uint8_t *q = t + 2 * TR + sub * RW_Q6_K_SUB;
+            blk->scales[sub] = (int8_t)q[96 + r];
+            for (int j = 0; j < 4; j++)
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t n = q[32 * (j & 1) + 4 * r + i], h = q[64 + 4 * r + i];
+                    const int v = ((j < 2 ? n : n >> 4) & 0x0f) | ((h >> (2 * j)) & 3) << 4;
+                    const int e = 16 * sub + 4 * j + i, hf = e / 128, kk = e % 128 / 32, l = e % 32;
+                    blk->ql[64 * hf + 32 * (kk & 1) + l] |= (uint8_t)((v & 0x0f) << (4 * (kk >> 1)));
+                    blk->qh[32 * hf + l] |= (uint8_t)((v >> 4) << (2 * kk));
+                }
+        }
+    }
+}
+
+/* Tokens t0..t0+NT-1 times a repacked Q6_K tile: kernel_half's sums for
+ * Q6_K (the same groups paired, the same float steps, so the same floats),
+ * with the 6-bit quants rebuilt in registers and S = d * scale here. */
+__attribute__((always_inline)) static inline void kernel_rw_q6_K_half(const uint8_t *restrict w,
+                                                                      const uint8_t *restrict a, int64_t k,
+                                                                      int n_rows, int n_tok, int t0,
+                                                                      float *restrict out, int64_t ld, const int NT) {
+    const size_t ab_bytes = ft_qg_ab_bytes(16, FT_QK_K);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 facc[TH];
+    for (int t = 0; t < NT; t++)
+        facc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / FT_QK_K; b++, a += ab_bytes) {
+        const uint8_t *D = a + FT_QK_K * TT + 4 * t0;
+        const uint8_t *X = a + FT_QK_K * TT + 4 * TT + 4 * t0;
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)w));
+        w += 2 * TR;
+        for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
+            __m256i acc[TH];
+            for (int t = 0; t < NT; t++)
+                acc[t] = bcast32(X + (s * TT + t) * 4);
+            const uint8_t *aq = a + (size_t)s * 4 * TT * 4 + 4 * t0;
+            const __m256i N0 = _mm256_loadu_si256((const __m256i *)(const void *)w);
+            const __m256i N1 = _mm256_loadu_si256((const __m256i *)(const void *)(w + 32));
+            const __m256i H = _mm256_loadu_si256((const __m256i *)(const void *)(w + 64));
+            for (int pair = 0; pair < 2; pair++) {
+                __m256i W0, W1;
+                if (pair == 0) {
+                    W0 = _mm256_or_si256(_mm256_and_si256(N0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+                    W1 = _mm256_or_si256(_mm256_and_si256(N1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+                } else {
+                    W0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N0, 4), m4), _mm256_and_si256(H, m30));
+                    W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N1, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+                }
+                for (int t = 0; t < NT; t++) {
+                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (2 * pair * TT + t) * 4));
+                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + ((2 * pair + 1) * TT + t) * 4));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+                }
+            }
+            const __m256 S = _mm256_mul_ps(
+                d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(w + 96)))));
+            for (int t = 0; t < NT; t++) {
+                const __m256 SD = _mm256_mul_ps(S, _mm256_set1_ps(ldf(D + 4 * t)));
+                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), SD, facc[t]);
+            }
+        }
+    }
+    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int t = 0; t < NT; t++)
+        if (t0 + t < n_tok)
+            _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
+}
+
+static void kernel_rw_q6_K_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,
+                                float *out, int64_t ld) {
+    switch (nt) {
+    case 1: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 1); break;
+    case 2: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 2); break;
+    case 3: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 3); break;
+    default: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 4); break;
+    }
+}
+
+static void kernel_rw_q6_K(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    kernel_rw_q6_K_pass(w, a, k, n_rows, n_tok, 0, n_tok < TH ? n_tok : TH, out, ld);
+    if (n_tok > TH)
+        kernel_rw_q6_K_pass(w, a, k, n_rows, n_tok, TH, n_tok - TH, out, ld);
+}
+
 #define PACK_A(name, ACT, G, XMODE, OFF)                                                \
     static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) { \
         ft_qg_pack_a(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF);                   \
@@ -335,7 +484,7 @@ static const struct ft_qgemm g_Q4_0 = {
     .type = FT_TYPE_Q4_0, .act_type = FT_TYPE_Q8_0, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
     .w_tile_size = size_q4_0_class_w, .a_tile_size = size_q4_0_class_a, .pack_w = pack_w_q4_0_fast,
     .pack_a = pack_a_q4_0, .kernel = kernel_q4_0_class,
-    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0};
+    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0, .rw_row = rw_row_q4_0};
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
@@ -343,7 +492,11 @@ ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
-ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K_fast, pack_a_q6_K, kernel_k16_offset)
+static const struct ft_qgemm g_Q6_K = {
+    .type = FT_TYPE_Q6_K, .act_type = FT_TYPE_Q8_K, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
+    .w_tile_size = size_k16_offset_w, .a_tile_size = size_k16_offset_a, .pack_w = pack_w_q6_K_fast,
+    .pack_a = pack_a_q6_K, .kernel = kernel_k16_offset,
+    .rw_tile_size = rw_size_q6_K, .repack_w = repack_w_q6_K, .kernel_rw = kernel_rw_q6_K, .rw_row = rw_row_q6_K};
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
     t[FT_TYPE_Q8_0] = &g_Q8_0;

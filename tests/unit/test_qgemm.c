@@ -174,6 +174,16 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
     gemm_run(g, w, w_row, rows, a, a_row, n_tok, k, out, ld, repacked);
     if (repacked) {
         CHECK_EQ_INT((long long)g->rw_tile_size(k), (long long)((size_t)g->tile_rows * w_row));
+        /* rw_row undoes the repacking, byte for byte */
+        uint8_t *tile = xmalloc(g->rw_tile_size(k)), *back = xmalloc(w_row);
+        g->repack_w(w, w_row, k, tile);
+        for (int r = 0; r < g->tile_rows; r++) {
+            g->rw_row(tile, r, k, back);
+            CHECKF(memcmp(back, w + (size_t)r * w_row, w_row) == 0, "%s rw_row %s k=%lld row %d: not the row repacked",
+                   ft_isa_name(isa), ref->name, (long long)k, r);
+        }
+        free(tile);
+        free(back);
         float *out_packed = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         for (int64_t i = 0; i < tok_rows * ld; i++)
             out_packed[i] = marker;
@@ -273,7 +283,8 @@ static void check_level(enum ft_isa isa) {
         }
         if (g->repack_w)
             n_rw++;
-        CHECK((g->repack_w != NULL) == (g->kernel_rw != NULL) && (g->repack_w != NULL) == (g->rw_tile_size != NULL));
+        CHECK((g->repack_w != NULL) == (g->kernel_rw != NULL) && (g->repack_w != NULL) == (g->rw_tile_size != NULL) &&
+              (g->repack_w != NULL) == (g->rw_row != NULL));
     }
     printf("level %-13s %d GEMM types (%d repacked at load); max |diff| / sum|x*y|:", ft_isa_name(isa), n_gemm, n_rw);
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++)
