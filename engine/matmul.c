@@ -62,6 +62,12 @@ static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok)
 
 static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
 
+/* Repacked weights in a batch this large are unpacked per product into a
+ * panel for g's kernel rather than read by kernel_rw. */
+static bool rw_unpacks(const struct ft_qgemm *g, int32_t n_tok) {
+    return g->unpack_rw && n_tok >= FT_RW_UNPACK_MIN_TOKENS;
+}
+
 /* ggml multiplies the n activation rows of a matmul with its batch kernel
  * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
  * when n == 1 -- except for weights it repacks, which take rows in groups
@@ -78,9 +84,14 @@ static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
 static void need_of(const struct ft_weight *w, int32_t n_tok, size_t *act, size_t *panel) {
     if (!w->data || w->rows <= 0)
         return;
-    if (w->rw) { /* activation tiles only: the kernel reads the weights */
-        const size_t tiles = (size_t)(n_tok + w->rw->tile_tokens - 1) / (size_t)w->rw->tile_tokens;
-        *act = FT_MAX(*act, tiles * w->rw->a_tile_size(w->cols));
+    if (w->rw) { /* activation tiles; a panel only where repacked tiles are unpacked */
+        const struct ft_qgemm *g = w->rw;
+        const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
+        *act = FT_MAX(*act, tiles * g->a_tile_size(w->cols));
+        if (rw_unpacks(g, n_tok)) {
+            const size_t wt = g->w_tile_size(w->cols);
+            *panel = FT_MAX(*panel, FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt));
+        }
         return;
     }
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
@@ -263,15 +274,20 @@ static void gemm_run(void *ctx, int ith, int nth) {
         const char *wd = ft_weight_data(w, node); /* node-local copy (--numa) */
         const int tr = g->tile_rows;
         const int64_t np = (r1 - r0 + tr - 1) / tr;
-        /* repacked weights are read in place; others are unpacked first */
-        const size_t w_tile = w->rw ? g->rw_tile_size(w->cols) : g->w_tile_size(w->cols);
-        const char *tiles = w->rw ? wd + (size_t)(r0 / tr) * w_tile : panel;
+        /* repacked weights are read in place (or, in large batches, unpacked
+         * from their tiles); others are unpacked from their rows */
+        const bool in_place = w->rw && !rw_unpacks(g, t->n_tok);
+        const size_t w_tile = in_place ? g->rw_tile_size(w->cols) : g->w_tile_size(w->cols);
+        const char *tiles = in_place ? wd + (size_t)(r0 / tr) * w_tile : panel;
         void (*kernel)(const void *, const void *, int64_t, int, int, float *, int64_t) =
-            w->rw ? g->kernel_rw : g->kernel;
-        for (int64_t j = 0; !w->rw && j < np; j++) {
+            in_place ? g->kernel_rw : g->kernel;
+        for (int64_t j = 0; !in_place && j < np; j++) {
             const int64_t rr = r0 + j * tr;
-            g->pack_w(wd + (size_t)rr * w->row_size, w->row_size, (int)FT_MIN((int64_t)tr, r1 - rr),
-                      w->cols, panel + (size_t)j * w_tile);
+            if (w->rw)
+                g->unpack_rw(wd + (size_t)(rr / tr) * g->rw_tile_size(w->cols), w->cols, panel + (size_t)j * w_tile);
+            else
+                g->pack_w(wd + (size_t)rr * w->row_size, w->row_size, (int)FT_MIN((int64_t)tr, r1 - rr), w->cols,
+                          panel + (size_t)j * w_tile);
         }
         for (int32_t ab = 0; ab < n_at; ab += at_block) {
             const int32_t ae = FT_MIN(n_at, ab + at_block);
@@ -315,8 +331,9 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         int64_t rows;
         if (g) { /* a panel of whole tiles; at least 4 per thread to share out */
             const int64_t tiles = (w->rows + g[i]->tile_rows - 1) / g[i]->tile_rows;
-            const size_t cap_bytes = w->rw ? FT_QGEMM_PANEL_BYTES : t.panel_stride;
-            const size_t tile_bytes = w->rw ? g[i]->rw_tile_size(w->cols) : g[i]->w_tile_size(w->cols);
+            const bool in_place = w->rw && !rw_unpacks(g[i], t.n_tok);
+            const size_t cap_bytes = in_place ? FT_QGEMM_PANEL_BYTES : t.panel_stride;
+            const size_t tile_bytes = in_place ? g[i]->rw_tile_size(w->cols) : g[i]->w_tile_size(w->cols);
             const int64_t cap = (int64_t)FT_MAX((size_t)1, cap_bytes / tile_bytes);
             rows = FT_MAX((int64_t)1, FT_MIN(cap, tiles / (4 * nth))) * g[i]->tile_rows;
         } else {

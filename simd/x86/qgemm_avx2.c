@@ -261,6 +261,24 @@ static void repack_w_q4_0(const void *w, size_t w_row, int64_t k, void *tile) {
     }
 }
 
+/* A repacked Q4_0 tile into kernel_q4_0_class's (large batches): the
+ * nibble split of pack_w_q4_0_fast, without its transposes. */
+static void unpack_rw_q4_0(const void *rw, int64_t k, void *tile) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
+    const uint8_t *t = rw;
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, t += RW_Q4_0_BLOCK, o += sb) {
+        for (int j = 0; j < 4; j++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(t + 32 * j));
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), _mm256_and_si256(v, m4));
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 + j)), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        }
+        _mm256_storeu_ps((float *)(void *)(o + 32 * TR),
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(t + 4 * 32))));
+    }
+}
+
 static void rw_row_q4_0(const void *tile, int r, int64_t k, void *row) {
     const uint8_t *t = tile;
     ft_block_q4_0 *o = row;
@@ -380,6 +398,43 @@ static void rw_row_q6_K(const void *tile, int r, int64_t k, void *row) {
     }
 }
 
+/* The 4 groups of a repacked Q6_K sub-block, as bytes 0..63. */
+static inline void rw_q6_K_groups(const uint8_t *q, __m256i W[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i N0 = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    const __m256i N1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32));
+    const __m256i H = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64));
+    W[0] = _mm256_or_si256(_mm256_and_si256(N0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+    W[1] = _mm256_or_si256(_mm256_and_si256(N1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    W[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N0, 4), m4), _mm256_and_si256(H, m30));
+    W[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N1, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+}
+
+/* S = d * scale of the 8 rows for a sub-block whose scales are at sc. */
+static inline __m256 rw_q6_K_scales(__m256 d, const uint8_t *sc) {
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)sc);
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+}
+
+/* A repacked Q6_K tile into kernel_k16_offset's (large batches). */
+static void unpack_rw_q6_K(const void *rw, int64_t k, void *tile) {
+    const size_t sb = ft_qg_sb_bytes(TR, 16, 0);
+    const uint8_t *t = rw;
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / FT_QK_K; b++, t += RW_Q6_K_SUPER) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)t));
+        for (int sub = 0; sub < 16; sub++, o += sb) {
+            const uint8_t *q = t + 2 * TR + sub * RW_Q6_K_SUB;
+            __m256i W[4];
+            rw_q6_K_groups(q, W);
+            for (int j = 0; j < 4; j++)
+                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), W[j]);
+            _mm256_storeu_ps((float *)(void *)(o + 16 * TR), rw_q6_K_scales(d, q + 96));
+        }
+    }
+}
+
 /* Tokens t0..t0+NT-1 times a repacked Q6_K tile: kernel_half's sums for
  * Q6_K (the same groups paired, the same float steps, so the same floats),
  * with the 6-bit quants rebuilt in registers and S = d * scale here. */
@@ -389,7 +444,6 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_half(const uint
                                                                       float *restrict out, int64_t ld, const int NT) {
     const size_t ab_bytes = ft_qg_ab_bytes(16, FT_QK_K);
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 facc[TH];
     for (int t = 0; t < NT; t++)
         facc[t] = _mm256_setzero_ps();
@@ -403,27 +457,16 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_half(const uint
             for (int t = 0; t < NT; t++)
                 acc[t] = bcast32(X + (s * TT + t) * 4);
             const uint8_t *aq = a + (size_t)s * 4 * TT * 4 + 4 * t0;
-            const __m256i N0 = _mm256_loadu_si256((const __m256i *)(const void *)w);
-            const __m256i N1 = _mm256_loadu_si256((const __m256i *)(const void *)(w + 32));
-            const __m256i H = _mm256_loadu_si256((const __m256i *)(const void *)(w + 64));
-            for (int pair = 0; pair < 2; pair++) {
-                __m256i W0, W1;
-                if (pair == 0) {
-                    W0 = _mm256_or_si256(_mm256_and_si256(N0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-                    W1 = _mm256_or_si256(_mm256_and_si256(N1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-                } else {
-                    W0 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N0, 4), m4), _mm256_and_si256(H, m30));
-                    W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N1, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-                }
+            __m256i W[4];
+            rw_q6_K_groups(w, W);
+            for (int pair = 0; pair < 2; pair++)
                 for (int t = 0; t < NT; t++) {
-                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (2 * pair * TT + t) * 4));
-                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + ((2 * pair + 1) * TT + t) * 4));
+                    const __m256i p0 = _mm256_maddubs_epi16(W[2 * pair], bcast32(aq + (2 * pair * TT + t) * 4));
+                    const __m256i p1 =
+                        _mm256_maddubs_epi16(W[2 * pair + 1], bcast32(aq + ((2 * pair + 1) * TT + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
                 }
-            }
-            const __m256 S = _mm256_mul_ps(
-                d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(w + 96)))));
+            const __m256 S = rw_q6_K_scales(d, w + 96);
             for (int t = 0; t < NT; t++) {
                 const __m256 SD = _mm256_mul_ps(S, _mm256_set1_ps(ldf(D + 4 * t)));
                 facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), SD, facc[t]);
@@ -484,7 +527,8 @@ static const struct ft_qgemm g_Q4_0 = {
     .type = FT_TYPE_Q4_0, .act_type = FT_TYPE_Q8_0, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
     .w_tile_size = size_q4_0_class_w, .a_tile_size = size_q4_0_class_a, .pack_w = pack_w_q4_0_fast,
     .pack_a = pack_a_q4_0, .kernel = kernel_q4_0_class,
-    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0, .rw_row = rw_row_q4_0};
+    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0, .rw_row = rw_row_q4_0,
+    .unpack_rw = unpack_rw_q4_0};
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
@@ -496,7 +540,8 @@ static const struct ft_qgemm g_Q6_K = {
     .type = FT_TYPE_Q6_K, .act_type = FT_TYPE_Q8_K, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
     .w_tile_size = size_k16_offset_w, .a_tile_size = size_k16_offset_a, .pack_w = pack_w_q6_K_fast,
     .pack_a = pack_a_q6_K, .kernel = kernel_k16_offset,
-    .rw_tile_size = rw_size_q6_K, .repack_w = repack_w_q6_K, .kernel_rw = kernel_rw_q6_K, .rw_row = rw_row_q6_K};
+    .rw_tile_size = rw_size_q6_K, .repack_w = repack_w_q6_K, .kernel_rw = kernel_rw_q6_K, .rw_row = rw_row_q6_K,
+    .unpack_rw = unpack_rw_q6_K};
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
     t[FT_TYPE_Q8_0] = &g_Q8_0;

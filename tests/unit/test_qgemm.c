@@ -182,6 +182,16 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
             CHECKF(memcmp(back, w + (size_t)r * w_row, w_row) == 0, "%s rw_row %s k=%lld row %d: not the row repacked",
                    ft_isa_name(isa), ref->name, (long long)k, r);
         }
+        /* unpack_rw gives the tile pack_w makes from the rows */
+        if (g->unpack_rw) {
+            uint8_t *from_rw = xmalloc(g->w_tile_size(k)), *from_rows = xmalloc(g->w_tile_size(k));
+            g->unpack_rw(tile, k, from_rw);
+            g->pack_w(w, w_row, g->tile_rows, k, from_rows);
+            CHECKF(memcmp(from_rw, from_rows, g->w_tile_size(k)) == 0, "%s unpack_rw %s k=%lld: not pack_w's tile",
+                   ft_isa_name(isa), ref->name, (long long)k);
+            free(from_rw);
+            free(from_rows);
+        }
         free(tile);
         free(back);
         float *out_packed = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
