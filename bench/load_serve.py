@@ -11,7 +11,11 @@ are checked against DESIGN.md §3 and against the client's own clock
 and is printed.
 
 Per level: requests/s and generated tokens/s (completed requests and their
-completion tokens over the level's wall time); TTFT p50/p99 as the client
+completion tokens over the level's wall time); decode tokens/s (the
+server's decode_tokens of all requests over the time in which at least one
+request was decoding: from its first token, by the server's ttft_ms, to its
+end; so prefill that runs while nothing decodes is left out, and prefill
+steps that stall running streams are counted in); TTFT p50/p99 as the client
 saw it (first chunk with text, streams only) and as the server measured it
 (ttft_ms, all requests); inter-token latency p50/p99 from the arrival of
 streamed chunks, and the server's (median of the per-request p50s, p99 of
@@ -93,7 +97,8 @@ def make_requests(n, seed, max_tokens, prompt_sentences=None, tag=""):
 def run_one(host, port, req):
     """Send one request; returns a result dict (see run_level)."""
     res = {"index": req["index"], "stream": req["stream"], "size": req["size"], "error": None, "violations": [],
-           "client_ttft_s": None, "client_gaps_s": [], "client_total_s": None, "metrics": None, "usage": None}
+           "client_ttft_s": None, "client_gaps_s": [], "client_total_s": None, "metrics": None, "usage": None,
+           "client_start": time.perf_counter()}
     try:
         if req["stream"]:
             r = serve_client.post_stream(host, port, req["path"], req["body"])
@@ -168,6 +173,11 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
     with_gaps = [r["metrics"]["inter_token_latency_ms"] for r in ok
                  if isinstance(r["metrics"], dict) and r["metrics"].get("decode_tokens", 0) > 0]
     tokens = sum(r["usage"]["completion_tokens"] for r in ok if isinstance(r["usage"], dict))
+    decoding = [r for r in ok if isinstance(r["metrics"], dict) and r["metrics"].get("decode_tokens", 0) > 0
+                and r["client_total_s"]]
+    decode_tokens = sum(r["metrics"]["decode_tokens"] for r in decoding)
+    decode_wall = union_length([(r["client_start"] + r["metrics"]["ttft_ms"] / 1000.0,
+                                 r["client_start"] + r["client_total_s"]) for r in decoding])
     return {
         "concurrency": concurrency,
         "planned": planned,
@@ -178,6 +188,9 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
         "requests_per_s": len(ok) / wall if wall > 0 else None,
         "generated_tokens": tokens,
         "generated_tokens_per_s": tokens / wall if wall > 0 else None,
+        "decode_tokens": decode_tokens,
+        "decode_wall_s": decode_wall,
+        "decode_tokens_per_s": decode_tokens / decode_wall if decode_wall > 0 else None,
         "ttft_client_ms": {"p50": serve_client.percentile(client_ttft, 0.5),
                            "p99": serve_client.percentile(client_ttft, 0.99)},
         "ttft_server_ms": {"p50": serve_client.percentile(server_ttft, 0.5),
@@ -189,6 +202,19 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
         "rss_mib": {"before": rss_before, "after": rss_after},
         "max_client_total_ms": max((r["client_total_s"] * 1000.0 for r in ok if r["client_total_s"]), default=None),
     }
+
+
+def union_length(intervals):
+    """Total length of the union of (start, end) intervals."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
 
 
 def run_load(host, port, levels, requests_per_level, max_tokens, time_limit_s, seed=1, pid=None,
@@ -219,12 +245,13 @@ def fmt_pair(d):
 
 
 def markdown_table(levels):
-    head = ("| C | done | errors | req/s | gen tok/s | TTFT client p50/p99 ms | TTFT server p50/p99 ms "
+    head = ("| C | done | errors | req/s | gen tok/s | decode tok/s | TTFT client p50/p99 ms | TTFT server p50/p99 ms "
             "| ITL client p50/p99 ms | ITL server p50/p99 ms | RSS before/after MiB |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in levels:
         rows.append(f"| {s['concurrency']} | {s['completed']}/{s['planned']} | {s['errors']} "
                     f"| {fmt(s['requests_per_s'], 2)} | {fmt(s['generated_tokens_per_s'])} "
+                    f"| {fmt(s['decode_tokens_per_s'])} "
                     f"| {fmt_pair(s['ttft_client_ms'])} | {fmt_pair(s['ttft_server_ms'])} "
                     f"| {fmt_pair(s['itl_client_ms'])} | {fmt_pair(s['itl_server_ms'])} "
                     f"| {fmt(s['rss_mib']['before'])} / {fmt(s['rss_mib']['after'])} |")
