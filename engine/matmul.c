@@ -329,14 +329,15 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
     for (int i = 0; i < n; i++) {
         const struct ft_weight *w = mm[i].w;
         int64_t rows;
-        if (g) { /* a panel of whole tiles; at least 4 per thread to share out */
+        if (g && !(w->rw && !rw_unpacks(g[i], t.n_tok))) {
+            /* a panel of whole tiles; at least 4 per thread to share out */
             const int64_t tiles = (w->rows + g[i]->tile_rows - 1) / g[i]->tile_rows;
-            const bool in_place = w->rw && !rw_unpacks(g[i], t.n_tok);
-            const size_t cap_bytes = in_place ? FT_QGEMM_PANEL_BYTES : t.panel_stride;
-            const size_t tile_bytes = in_place ? g[i]->rw_tile_size(w->cols) : g[i]->w_tile_size(w->cols);
-            const int64_t cap = (int64_t)FT_MAX((size_t)1, cap_bytes / tile_bytes);
+            const int64_t cap = (int64_t)FT_MAX((size_t)1, t.panel_stride / g[i]->w_tile_size(w->cols));
             rows = FT_MAX((int64_t)1, FT_MIN(cap, tiles / (4 * nth))) * g[i]->tile_rows;
         } else {
+            /* rows read in place (vec_dot, or repacked tiles): small chunks
+             * of the stream, whole tiles (16 rows is a multiple of every
+             * tile), so the threads finish together */
             rows = FT_MAX((int64_t)16, (int64_t)(FT_MM_CHUNK_BYTES / w->row_size) / 16 * 16);
         }
         t.chunk_rows[i] = rows;
