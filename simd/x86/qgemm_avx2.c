@@ -46,9 +46,41 @@ static inline float ldf(const uint8_t *p) {
  * rows' f16 scales. As many bytes as the 8 rows' blocks. */
 #define RW_Q4_0_BLOCK (4 * 32 + 2 * TR)
 
+/* Repacked Q6_K tiles (the usual output head; repack_w_q6_K), per super-
+ * block of 256 elements: the 8 rows' f16 d, then per sub-block of 16
+ * elements its 4 groups G0..G3 (4 elements of each row, as the unpacked
+ * tile has them) in 6 bits: N0 = G0 | G2 << 4 and N1 = G1 | G3 << 4 (low
+ * nibbles), H = the high 2 bits of G0..G3 at bits 0, 2, 4, 6; then the 8
+ * rows' int8 scales of the sub-block. 1680 bytes: the 8 rows' blocks. */
+#define RW_Q6_K_SUB (3 * 32 + TR)
+#define RW_Q6_K_SUPER (2 * TR + 16 * RW_Q6_K_SUB)
+
+/* The 4 groups of a repacked Q6_K sub-block, as bytes 0..63. */
+static inline void rw_q6_K_groups(const uint8_t *q, __m256i W[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i N0 = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    const __m256i N1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32));
+    const __m256i H = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64));
+    W[0] = _mm256_or_si256(_mm256_and_si256(N0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+    W[1] = _mm256_or_si256(_mm256_and_si256(N1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    W[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N0, 4), m4), _mm256_and_si256(H, m30));
+    W[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N1, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+}
+
+/* S = d * scale of the 8 rows for a sub-block whose scales are at sc. */
+static inline __m256 rw_q6_K_scales(__m256 d, const uint8_t *sc) {
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)sc);
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
+}
+
+/* Which repacked tile kernel_half reads, if any. */
+enum { RAW_NONE, RAW_Q4_0, RAW_Q6_K };
+
 /* Tokens t0..t0+NT-1 (NT <= TH) of an activation tile times a weight tile.
- * RAW: the weight tile is a repacked Q4_0 one (G 32, no mins), whose
- * nibbles are split here, in registers, instead of by a packer. */
+ * RAW: the weight tile is a repacked Q4_0 (G 32) or Q6_K (G 16) one, whose
+ * quants are rebuilt here, in registers, instead of by a packer: the same
+ * integer sums and float steps as on the unpacked tile, so the same floats. */
 __attribute__((always_inline)) static inline void kernel_half(const uint8_t *restrict w, const uint8_t *restrict a,
                                                               int64_t k, int n_rows, int n_tok, int t0,
                                                               float *restrict out, int64_t ld, const int G,
@@ -56,7 +88,9 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                                                               const int NT, const int RAW) {
     const int nsub = ABLK / G;
     const int ngrp = G / 4;
-    const size_t sb_bytes = RAW ? RW_Q4_0_BLOCK : ft_qg_sb_bytes(TR, G, MINS);
+    const size_t sb_bytes = RAW == RAW_Q4_0   ? RW_Q4_0_BLOCK
+                            : RAW == RAW_Q6_K ? RW_Q6_K_SUB
+                                              : ft_qg_sb_bytes(TR, G, MINS);
     const size_t ab_bytes = ft_qg_ab_bytes(G, ABLK);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -66,19 +100,30 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
     for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
         const uint8_t *D = a + ABLK * TT + 4 * t0;
         const uint8_t *X = a + ABLK * TT + 4 * TT + 4 * t0;
+        __m256 d6 = _mm256_setzero_ps(); /* RAW_Q6_K: the super-block's d of the 8 rows */
+        if (RAW == RAW_Q6_K) {
+            d6 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)w));
+            w += 2 * TR;
+        }
         for (int s = 0; s < nsub; s++, w += sb_bytes) {
             __m256i acc[TH];
             for (int t = 0; t < NT; t++)
                 acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm256_setzero_si256();
             const uint8_t *aq = a + (size_t)s * ngrp * TT * 4 + 4 * t0;
+            __m256i W6[4];
+            if (RAW == RAW_Q6_K)
+                rw_q6_K_groups(w, W6);
             for (int gi = 0; gi < ngrp; gi += 2) {
                 /* the pair of groups (g0, g1) that W0 and W1 hold */
-                const int g0 = RAW ? gi / 2 : gi, g1 = RAW ? gi / 2 + 4 : gi + 1;
+                const int g0 = RAW == RAW_Q4_0 ? gi / 2 : gi, g1 = RAW == RAW_Q4_0 ? gi / 2 + 4 : gi + 1;
                 __m256i W0, W1;
-                if (RAW) {
+                if (RAW == RAW_Q4_0) {
                     const __m256i T = _mm256_loadu_si256((const __m256i *)(w + gi / 2 * 32));
                     W0 = _mm256_and_si256(T, m4);
                     W1 = _mm256_and_si256(_mm256_srli_epi16(T, 4), m4);
+                } else if (RAW == RAW_Q6_K) {
+                    W0 = W6[gi];
+                    W1 = W6[gi + 1];
                 } else {
                     W0 = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
                     W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
@@ -89,8 +134,9 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
                 }
             }
-            const __m256 S = RAW ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 4 * 32)))
-                                 : _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
+            const __m256 S = RAW == RAW_Q4_0   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 4 * 32)))
+                             : RAW == RAW_Q6_K ? rw_q6_K_scales(d6, w + 96)
+                                               : _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
             if (nsub == 1) {
                 for (int t = 0; t < NT; t++)
                     facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), S),
@@ -167,9 +213,9 @@ static void kernel_q8_0(const void *w, const void *a, int64_t k, int n_rows, int
 
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
-        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT, TH, 0);                         \
+        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE);                  \
         if (n_tok > TH)                                                                                      \
-            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT, TH, 0);                    \
+            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE);             \
     }
 KERNEL(kernel_q4_0_class, 32, 32, 0, 1)  /* Q4_0, Q5_0 */
 KERNEL(kernel_q4_1_class, 32, 32, 1, 0)  /* Q4_1, Q5_1 */
@@ -177,24 +223,27 @@ KERNEL(kernel_k32_mins, 32, 256, 1, 0)   /* Q4_K, Q5_K */
 KERNEL(kernel_k16_mins, 16, 256, 1, 0)   /* Q2_K */
 KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
 
-/* Repacked Q4_0 tiles: tokens t0..t0+nt-1 (nt 1..4), only as many token
- * passes as there are tokens, so a single token (decode) costs a quarter
- * of a 4-token pass. */
-static void kernel_rw_q4_0_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,
-                                float *out, int64_t ld) {
-    switch (nt) {
-    case 1: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 1, 1); break;
-    case 2: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 2, 1); break;
-    case 3: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 3, 1); break;
-    default: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, 32, 32, 0, 1, 4, 1); break;
-    }
-}
 
-static void kernel_rw_q4_0(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
-    kernel_rw_q4_0_pass(w, a, k, n_rows, n_tok, 0, n_tok < TH ? n_tok : TH, out, ld);
-    if (n_tok > TH)
-        kernel_rw_q4_0_pass(w, a, k, n_rows, n_tok, TH, n_tok - TH, out, ld);
-}
+/* Repacked tiles: tokens t0..t0+nt-1 (nt 1..4) a pass, only as many
+ * token passes as there are tokens, so a single token (decode) costs a
+ * quarter of a 4-token pass. */
+#define RW_KERNEL(name, G, ABLK, RAW)                                                                            \
+    static void name##_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,     \
+                            float *out, int64_t ld) {                                                            \
+        switch (nt) {                                                                                            \
+        case 1: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 1, RAW); break;                  \
+        case 2: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 2, RAW); break;                  \
+        case 3: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 3, RAW); break;                  \
+        default: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 4, RAW); break;                 \
+        }                                                                                                        \
+    }                                                                                                            \
+    static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {  \
+        name##_pass(w, a, k, n_rows, n_tok, 0, n_tok < TH ? n_tok : TH, out, ld);                                \
+        if (n_tok > TH)                                                                                          \
+            name##_pass(w, a, k, n_rows, n_tok, TH, n_tok - TH, out, ld);                                        \
+    }
+RW_KERNEL(kernel_rw_q4_0, 32, 32, RAW_Q4_0)
+RW_KERNEL(kernel_rw_q6_K, 16, FT_QK_K, RAW_Q6_K)
 
 FT_QG_PACK_W_PORTABLE(pack_w_, TR)
 
@@ -331,14 +380,6 @@ static void pack_w_q6_K_fast(const void *w, size_t w_row, int n_rows, int64_t k,
     }
 }
 
-/* Repacked Q6_K tiles (the usual output head; repack_w_q6_K), per super-
- * block of 256 elements: the 8 rows' f16 d, then per sub-block of 16
- * elements its 4 groups G0..G3 (4 elements of each row, as the unpacked
- * tile has them) in 6 bits: N0 = G0 | G2 << 4 and N1 = G1 | G3 << 4 (low
- * nibbles), H = the high 2 bits of G0..G3 at bits 0, 2, 4, 6; then the 8
- * rows' int8 scales of the sub-block. 1680 bytes: the 8 rows' blocks. */
-#define RW_Q6_K_SUB (3 * 32 + TR)
-#define RW_Q6_K_SUPER (2 * TR + 16 * RW_Q6_K_SUB)
 
 static size_t rw_size_q6_K(int64_t k) { return (size_t)(k / FT_QK_K) * RW_Q6_K_SUPER; }
 
@@ -398,24 +439,6 @@ static void rw_row_q6_K(const void *tile, int r, int64_t k, void *row) {
     }
 }
 
-/* The 4 groups of a repacked Q6_K sub-block, as bytes 0..63. */
-static inline void rw_q6_K_groups(const uint8_t *q, __m256i W[4]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m256i N0 = _mm256_loadu_si256((const __m256i *)(const void *)q);
-    const __m256i N1 = _mm256_loadu_si256((const __m256i *)(const void *)(q + 32));
-    const __m256i H = _mm256_loadu_si256((const __m256i *)(const void *)(q + 64));
-    W[0] = _mm256_or_si256(_mm256_and_si256(N0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-    W[1] = _mm256_or_si256(_mm256_and_si256(N1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-    W[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N0, 4), m4), _mm256_and_si256(H, m30));
-    W[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(N1, 4), m4),
-                           _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-}
-
-/* S = d * scale of the 8 rows for a sub-block whose scales are at sc. */
-static inline __m256 rw_q6_K_scales(__m256 d, const uint8_t *sc) {
-    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)sc);
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s8)));
-}
 
 /* A repacked Q6_K tile into kernel_k16_offset's (large batches). */
 static void unpack_rw_q6_K(const void *rw, int64_t k, void *tile) {
@@ -435,65 +458,6 @@ static void unpack_rw_q6_K(const void *rw, int64_t k, void *tile) {
     }
 }
 
-/* Tokens t0..t0+NT-1 times a repacked Q6_K tile: kernel_half's sums for
- * Q6_K (the same groups paired, the same float steps, so the same floats),
- * with the 6-bit quants rebuilt in registers and S = d * scale here. */
-__attribute__((always_inline)) static inline void kernel_rw_q6_K_half(const uint8_t *restrict w,
-                                                                      const uint8_t *restrict a, int64_t k,
-                                                                      int n_rows, int n_tok, int t0,
-                                                                      float *restrict out, int64_t ld, const int NT) {
-    const size_t ab_bytes = ft_qg_ab_bytes(16, FT_QK_K);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 facc[TH];
-    for (int t = 0; t < NT; t++)
-        facc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < k / FT_QK_K; b++, a += ab_bytes) {
-        const uint8_t *D = a + FT_QK_K * TT + 4 * t0;
-        const uint8_t *X = a + FT_QK_K * TT + 4 * TT + 4 * t0;
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)w));
-        w += 2 * TR;
-        for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
-            __m256i acc[TH];
-            for (int t = 0; t < NT; t++)
-                acc[t] = bcast32(X + (s * TT + t) * 4);
-            const uint8_t *aq = a + (size_t)s * 4 * TT * 4 + 4 * t0;
-            __m256i W[4];
-            rw_q6_K_groups(w, W);
-            for (int pair = 0; pair < 2; pair++)
-                for (int t = 0; t < NT; t++) {
-                    const __m256i p0 = _mm256_maddubs_epi16(W[2 * pair], bcast32(aq + (2 * pair * TT + t) * 4));
-                    const __m256i p1 =
-                        _mm256_maddubs_epi16(W[2 * pair + 1], bcast32(aq + ((2 * pair + 1) * TT + t) * 4));
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
-                }
-            const __m256 S = rw_q6_K_scales(d, w + 96);
-            for (int t = 0; t < NT; t++) {
-                const __m256 SD = _mm256_mul_ps(S, _mm256_set1_ps(ldf(D + 4 * t)));
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), SD, facc[t]);
-            }
-        }
-    }
-    const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    for (int t = 0; t < NT; t++)
-        if (t0 + t < n_tok)
-            _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
-}
-
-static void kernel_rw_q6_K_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,
-                                float *out, int64_t ld) {
-    switch (nt) {
-    case 1: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 1); break;
-    case 2: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 2); break;
-    case 3: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 3); break;
-    default: kernel_rw_q6_K_half(w, a, k, n_rows, n_tok, t0, out, ld, 4); break;
-    }
-}
-
-static void kernel_rw_q6_K(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
-    kernel_rw_q6_K_pass(w, a, k, n_rows, n_tok, 0, n_tok < TH ? n_tok : TH, out, ld);
-    if (n_tok > TH)
-        kernel_rw_q6_K_pass(w, a, k, n_rows, n_tok, TH, n_tok - TH, out, ld);
-}
 
 #define PACK_A(name, ACT, G, XMODE, OFF)                                                \
     static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) { \
