@@ -323,6 +323,24 @@ def test_bench_depth(ft, tiny_model):
     assert [(x["test"], x["n_depth"]) for x in rows] == [("pp4 @ d20", "20")]
 
 
+def test_bench_parallel(ft, tiny_model):
+    # -np P: P sequences decode together; only the tgN tests take it, named "tgN xP",
+    # and tokens/s counts the tokens of all P
+    r = ft("bench", "-m", tiny_model, "-r", "2", "-p", "8", "-n", "3", "-np", "1,4", "-d", "0,20", "-t", "2",
+           "-o", "jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in r.stdout.decode().splitlines()]
+    got = [(x["test"], x["n_depth"], x["n_parallel"]) for x in rows]
+    assert got == [("pp8", 0, 1), ("tg3", 0, 1), ("tg3 x4", 0, 4),
+                   ("pp8 @ d20", 20, 1), ("tg3 @ d20", 20, 1), ("tg3 x4 @ d20", 20, 4)]
+    for x in rows:
+        n_tok = x["n_prompt"] + x["n_gen"] * x["n_parallel"]
+        np.testing.assert_allclose(x["samples_ts"], [1e9 * n_tok / ns for ns in x["samples_ns"]], rtol=1e-6)
+    md = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "2", "-np", "3", "--no-warmup")
+    assert md.returncode == 0, md.stderr
+    assert [c.strip() for c in md.stdout.decode().splitlines()[2].strip("|").split("|")][6] == "tg2 x3"
+
+
 def test_bench_skips_zero_tests(ft, tiny_model):
     r = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "3", "-o", "json")
     assert r.returncode == 0, r.stderr
@@ -348,6 +366,9 @@ def test_bench_hw(ft):
     ["-b", "0"],
     ["-d", "-1"],
     ["-d", "4,y"],
+    ["-np", "0"],
+    ["-np", "2,x"],
+    ["-np", "257"],
     ["-o", "xml"],
     ["--numa", "bogus"],
     ["-p", "0", "-n", "0"],
