@@ -11,11 +11,11 @@ are checked against DESIGN.md §3 and against the client's own clock
 and is printed.
 
 Per level: requests/s and generated tokens/s (completed requests and their
-completion tokens over the level's wall time); decode tokens/s (the
-server's decode_tokens of all requests over the time in which at least one
-request was decoding: from its first token, by the server's ttft_ms, to its
-end; so prefill that runs while nothing decodes is left out, and prefill
-steps that stall running streams are counted in); TTFT p50/p99 as the client
+completion tokens over the level's wall time); aggregate decode tokens/s
+(the median of the requests' server-measured decode_tokens_per_second,
+times the streams that decode at once: C, or the server's --parallel when
+that is smaller; each stream's rate runs from its first token to its last,
+so prefill steps of other requests that stall it are counted in); TTFT p50/p99 as the client
 saw it (first chunk with text, streams only) and as the server measured it
 (ttft_ms, all requests); inter-token latency p50/p99 from the arrival of
 streamed chunks, and the server's (median of the per-request p50s, p99 of
@@ -97,8 +97,7 @@ def make_requests(n, seed, max_tokens, prompt_sentences=None, tag=""):
 def run_one(host, port, req):
     """Send one request; returns a result dict (see run_level)."""
     res = {"index": req["index"], "stream": req["stream"], "size": req["size"], "error": None, "violations": [],
-           "client_ttft_s": None, "client_gaps_s": [], "client_total_s": None, "metrics": None, "usage": None,
-           "client_start": time.perf_counter()}
+           "client_ttft_s": None, "client_gaps_s": [], "client_total_s": None, "metrics": None, "usage": None}
     try:
         if req["stream"]:
             r = serve_client.post_stream(host, port, req["path"], req["body"])
@@ -127,7 +126,7 @@ def run_one(host, port, req):
     return res
 
 
-def run_level(host, port, concurrency, requests, time_budget_s, pid=None):
+def run_level(host, port, concurrency, requests, time_budget_s, pid=None, parallel=None):
     """Drive the server with `concurrency` client threads over `requests`
     until done or `time_budget_s` has passed (no new request starts then).
     Returns the level's summary dict (see the module docstring)."""
@@ -156,10 +155,10 @@ def run_level(host, port, concurrency, requests, time_budget_s, pid=None):
         t.join()
     wall = time.perf_counter() - t0
     rss_after = serve_client.rss_mib(pid)
-    return summarize(concurrency, results, wall, rss_before, rss_after, len(requests))
+    return summarize(concurrency, results, wall, rss_before, rss_after, len(requests), parallel)
 
 
-def summarize(concurrency, results, wall, rss_before, rss_after, planned):
+def summarize(concurrency, results, wall, rss_before, rss_after, planned, parallel=None):
     ok = [r for r in results if not r["error"]]
     errors = [f"request {r['index']}: {r['error']}" for r in results if r["error"]]
     errors += [f"request {r['index']} ({'stream' if r['stream'] else 'plain'}): {v}"
@@ -173,11 +172,10 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
     with_gaps = [r["metrics"]["inter_token_latency_ms"] for r in ok
                  if isinstance(r["metrics"], dict) and r["metrics"].get("decode_tokens", 0) > 0]
     tokens = sum(r["usage"]["completion_tokens"] for r in ok if isinstance(r["usage"], dict))
-    decoding = [r for r in ok if isinstance(r["metrics"], dict) and r["metrics"].get("decode_tokens", 0) > 0
-                and r["client_total_s"]]
-    decode_tokens = sum(r["metrics"]["decode_tokens"] for r in decoding)
-    decode_wall = union_length([(r["client_start"] + r["metrics"]["ttft_ms"] / 1000.0,
-                                 r["client_start"] + r["client_total_s"]) for r in decoding])
+    stream_rates = [r["metrics"]["decode_tokens_per_second"] for r in ok if isinstance(r["metrics"], dict)
+                    and r["metrics"].get("decode_tokens", 0) > 0]
+    streams = min(concurrency, parallel) if parallel else concurrency
+    stream_rate = serve_client.percentile(stream_rates, 0.5)
     return {
         "concurrency": concurrency,
         "planned": planned,
@@ -188,9 +186,9 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
         "requests_per_s": len(ok) / wall if wall > 0 else None,
         "generated_tokens": tokens,
         "generated_tokens_per_s": tokens / wall if wall > 0 else None,
-        "decode_tokens": decode_tokens,
-        "decode_wall_s": decode_wall,
-        "decode_tokens_per_s": decode_tokens / decode_wall if decode_wall > 0 else None,
+        "decode_streams": streams,
+        "stream_decode_tokens_per_s_p50": stream_rate,
+        "decode_tokens_per_s": streams * stream_rate if stream_rate is not None else None,
         "ttft_client_ms": {"p50": serve_client.percentile(client_ttft, 0.5),
                            "p99": serve_client.percentile(client_ttft, 0.99)},
         "ttft_server_ms": {"p50": serve_client.percentile(server_ttft, 0.5),
@@ -204,21 +202,12 @@ def summarize(concurrency, results, wall, rss_before, rss_after, planned):
     }
 
 
-def union_length(intervals):
-    """Total length of the union of (start, end) intervals."""
-    total, end = 0.0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
+# ft serve's default -np: the most requests that decode at once
+DEFAULT_PARALLEL = 8
 
 
 def run_load(host, port, levels, requests_per_level, max_tokens, time_limit_s, seed=1, pid=None,
-             prompt_sentences=None, log=None):
+             prompt_sentences=None, log=None, parallel=None):
     """Every level in turn, each with the same seeded mix of requests and an
     equal share of what is left of time_limit_s. Returns the level summaries."""
     end = time.perf_counter() + time_limit_s
@@ -226,7 +215,7 @@ def run_load(host, port, levels, requests_per_level, max_tokens, time_limit_s, s
     for i, c in enumerate(levels):
         requests = make_requests(requests_per_level, seed, max_tokens, prompt_sentences, tag=f"{i}-")
         budget = max(0.0, (end - time.perf_counter()) / (len(levels) - i))
-        s = run_level(host, port, c, requests, budget, pid)
+        s = run_level(host, port, c, requests, budget, pid, parallel)
         out.append(s)
         if log:
             log(f"concurrency {c}: {s['completed']}/{s['planned']} requests in {s['wall_s']:.1f} s, "
@@ -289,7 +278,8 @@ def main():
     ap.add_argument("--time-limit", type=positive(float), default=600.0,
                     help="seconds for all levels together; a level starts no request after its share (default 600)")
     ap.add_argument("--parallel", type=positive(int),
-                    help="passed as ft serve --parallel N when this binary has that flag")
+                    help=f"passed as ft serve --parallel N when this binary has that flag; also caps the streams "
+                         f"of the aggregate decode rate (default: ft serve's {DEFAULT_PARALLEL})")
     ap.add_argument("--ctx", type=positive(int), default=4096, help="ft serve -c (default 4096)")
     ap.add_argument("--extra-args", default="", help="more ft serve arguments, shell-quoted")
     ap.add_argument("--url", help="use a running server at this loopback URL instead of starting one")
@@ -330,7 +320,8 @@ def main():
     try:
         levels = run_load(host, port, a.concurrency, a.requests_per_level, a.max_tokens, a.time_limit, a.seed,
                           pid, prompt_sentences={k: PROMPT_SENTENCES[k] for k in a.prompts},
-                          log=lambda s: print(s, file=sys.stderr, flush=True))
+                          log=lambda s: print(s, file=sys.stderr, flush=True),
+                          parallel=a.parallel or DEFAULT_PARALLEL)
     finally:
         if server and server.stop() != 0:
             print(f"load_serve: ft serve exited with {server.proc.returncode}:\n{server.stderr()}", file=sys.stderr)
