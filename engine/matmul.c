@@ -68,6 +68,11 @@ static bool rw_unpacks(const struct ft_qgemm *g, int32_t n_tok) {
     return g->unpack_rw && n_tok >= FT_RW_UNPACK_MIN_TOKENS;
 }
 
+/* w's tiles go straight to g's kernel_rw, with no panel. */
+static bool rw_in_place(const struct ft_weight *w, const struct ft_qgemm *g, int32_t n_tok) {
+    return w->rw && !rw_unpacks(g, n_tok);
+}
+
 /* ggml multiplies the n activation rows of a matmul with its batch kernel
  * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
  * when n == 1 -- except for weights it repacks, which take rows in groups
@@ -276,7 +281,7 @@ static void gemm_run(void *ctx, int ith, int nth) {
         const int64_t np = (r1 - r0 + tr - 1) / tr;
         /* repacked weights are read in place (or, in large batches, unpacked
          * from their tiles); others are unpacked from their rows */
-        const bool in_place = w->rw && !rw_unpacks(g, t->n_tok);
+        const bool in_place = rw_in_place(w, g, t->n_tok);
         const size_t w_tile = in_place ? g->rw_tile_size(w->cols) : g->w_tile_size(w->cols);
         const char *tiles = in_place ? wd + (size_t)(r0 / tr) * w_tile : panel;
         void (*kernel)(const void *, const void *, int64_t, int, int, float *, int64_t) =
@@ -329,7 +334,7 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
     for (int i = 0; i < n; i++) {
         const struct ft_weight *w = mm[i].w;
         int64_t rows;
-        if (g && !(w->rw && !rw_unpacks(g[i], t.n_tok))) {
+        if (g && !rw_in_place(w, g[i], t.n_tok)) {
             /* a panel of whole tiles; at least 4 per thread to share out */
             const int64_t tiles = (w->rows + g[i]->tile_rows - 1) / g[i]->tile_rows;
             const int64_t cap = (int64_t)FT_MAX((size_t)1, t.panel_stride / g[i]->w_tile_size(w->cols));

@@ -75,6 +75,29 @@ static const struct ft_qgemm *repack_for(const struct ft_model *m, const struct 
     return g;
 }
 
+/* Queue w (every copy of it) if its type is repacked; count its bytes. */
+static void add_job(const struct ft_model *m, struct repack_task *t, size_t *bytes, struct ft_weight *w) {
+    const struct ft_qgemm *g = repack_for(m, w);
+    if (!g)
+        return;
+    struct repack_job *jb = &t->jobs[t->n_jobs];
+    jb->w = w;
+    jb->dst[jb->n_dst++] = (char *)(uintptr_t)w->data;
+    for (int nd = 0; w->rep && nd < w->rep->n_nodes; nd++) {
+        char *p = w->rep->base[nd] ? w->rep->base[nd] + w->rep_off : NULL;
+        bool seen = !p;
+        for (int d = 0; d < jb->n_dst && !seen; d++)
+            seen = jb->dst[d] == p;
+        if (!seen && jb->n_dst < MAX_COPIES)
+            jb->dst[jb->n_dst++] = p;
+    }
+    w->rw = g;
+    t->max_tile = FT_MAX(t->max_tile, (size_t)g->tile_rows * w->row_size);
+    t->first_tile[t->n_jobs + 1] = t->first_tile[t->n_jobs] + w->rows / g->tile_rows;
+    *bytes += (size_t)w->rows * w->row_size;
+    t->n_jobs++;
+}
+
 int ft_weights_repack(struct ft_model *m) {
     const char *env = getenv("FT_REPACK");
     if (!m->numa_weights || (env && !strcmp(env, "0")))
@@ -90,33 +113,13 @@ int ft_weights_repack(struct ft_model *m) {
     struct repack_task t = {.jobs = jobs, .first_tile = first};
     first[0] = 0;
     size_t bytes = 0;
-    for (int i = -1; i < m->hp.n_layer; i++) {
-        struct ft_layer *l = i >= 0 ? &m->layers[i] : NULL;
-        struct ft_weight *ws[] = {l ? &l->wq : &m->output,  l ? &l->wk : &m->tok_embd, l ? &l->wv : NULL,
-                                  l ? &l->wo : NULL,        l ? &l->ffn_gate : NULL,   l ? &l->ffn_up : NULL,
-                                  l ? &l->ffn_down : NULL};
-        for (size_t k = 0; k < FT_ARRAY_LEN(ws); k++) {
-            struct ft_weight *w = ws[k];
-            const struct ft_qgemm *g = w ? repack_for(m, w) : NULL;
-            if (!g)
-                continue;
-            struct repack_job *jb = &jobs[t.n_jobs];
-            jb->w = w;
-            jb->dst[jb->n_dst++] = (char *)(uintptr_t)w->data;
-            for (int nd = 0; w->rep && nd < w->rep->n_nodes; nd++) {
-                char *p = w->rep->base[nd] ? w->rep->base[nd] + w->rep_off : NULL;
-                bool seen = !p;
-                for (int d = 0; d < jb->n_dst && !seen; d++)
-                    seen = jb->dst[d] == p;
-                if (!seen && jb->n_dst < MAX_COPIES)
-                    jb->dst[jb->n_dst++] = p;
-            }
-            w->rw = g;
-            t.max_tile = FT_MAX(t.max_tile, (size_t)g->tile_rows * w->row_size);
-            first[t.n_jobs + 1] = first[t.n_jobs] + w->rows / g->tile_rows;
-            bytes += (size_t)w->rows * w->row_size;
-            t.n_jobs++;
-        }
+    add_job(m, &t, &bytes, &m->tok_embd); /* only when it is the output head too */
+    add_job(m, &t, &bytes, &m->output);   /* only when it is not the embedding */
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct ft_layer *l = &m->layers[il];
+        struct ft_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
+        for (size_t i = 0; i < FT_ARRAY_LEN(ws); i++)
+            add_job(m, &t, &bytes, ws[i]);
     }
     if (m->output.data == m->tok_embd.data)
         m->output.rw = m->tok_embd.rw; /* the same bytes */

@@ -78,8 +78,8 @@ struct ft_qgemm {
 };
 
 /* Batches from which repacked weights with unpack_rw are unpacked into a
- * panel and go through kernel (measured on the 1B Q4_0 at 512 tokens:
- * about 4% faster than kernel_rw). */
+ * panel and go through kernel (on the 1B Q4_0 at 512 tokens kernel_rw
+ * measured about 4% behind the unpacked kernel, near this host's noise). */
 #define FT_RW_UNPACK_MIN_TOKENS 32
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when

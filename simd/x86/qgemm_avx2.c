@@ -481,18 +481,18 @@ SIZES(size_k32_mins, 32, 256, 1)
 SIZES(size_k16_mins, 16, 256, 1)
 SIZES(size_k16_offset, 16, 256, 0)
 
-#define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
-    static const struct ft_qgemm g_##T = {                                                               \
-        .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
-        .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
-        .kernel = KER};
+#define ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER)                                                         \
+    .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,                  \
+    .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
+    .kernel = KER
+#define ENTRY(T, ACT, SZ, PW, PA, KER) static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER)};
+/* A type repacked at load: its functions are named after t (q4_0: rw_size_q4_0, ...). */
+#define ENTRY_RW(T, t, ACT, SZ, PW, PA, KER)                                                                \
+    static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER), .rw_tile_size = rw_size_##t, \
+                                          .repack_w = repack_w_##t, .kernel_rw = kernel_rw_##t,              \
+                                          .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t};
 ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
-static const struct ft_qgemm g_Q4_0 = {
-    .type = FT_TYPE_Q4_0, .act_type = FT_TYPE_Q8_0, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
-    .w_tile_size = size_q4_0_class_w, .a_tile_size = size_q4_0_class_a, .pack_w = pack_w_q4_0_fast,
-    .pack_a = pack_a_q4_0, .kernel = kernel_q4_0_class,
-    .rw_tile_size = rw_size_q4_0, .repack_w = repack_w_q4_0, .kernel_rw = kernel_rw_q4_0, .rw_row = rw_row_q4_0,
-    .unpack_rw = unpack_rw_q4_0};
+ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
@@ -500,12 +500,7 @@ ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
-static const struct ft_qgemm g_Q6_K = {
-    .type = FT_TYPE_Q6_K, .act_type = FT_TYPE_Q8_K, .tile_rows = TR, .tile_tokens = TT, .min_tokens = MIN_TOKENS,
-    .w_tile_size = size_k16_offset_w, .a_tile_size = size_k16_offset_a, .pack_w = pack_w_q6_K_fast,
-    .pack_a = pack_a_q6_K, .kernel = kernel_k16_offset,
-    .rw_tile_size = rw_size_q6_K, .repack_w = repack_w_q6_K, .kernel_rw = kernel_rw_q6_K, .rw_row = rw_row_q6_K,
-    .unpack_rw = unpack_rw_q6_K};
+ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K_fast, pack_a_q6_K, kernel_k16_offset)
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
     t[FT_TYPE_Q8_0] = &g_Q8_0;
