@@ -105,13 +105,16 @@ static int32_t first_key(const struct ft_attn_job *j, int32_t pos) {
 }
 
 static struct ft_attn_kv kv_of(const struct ft_attn_job *j, int32_t seq, int32_t kvh) {
+    /* blocks are head-major (include/ft/model.h) */
     const struct ft_attn_kv a = {
-        .k = j->k + (int64_t)kvh * j->dk,
-        .v = j->v + (int64_t)kvh * j->dv,
+        .k = j->k + (int64_t)kvh * FT_KV_BLOCK_TOKENS * j->dk,
+        .v = j->v + (int64_t)kvh * FT_KV_BLOCK_TOKENS * j->dv,
         .blocks = j->seqs[seq].blocks,
         .block_tokens = FT_KV_BLOCK_TOKENS,
-        .k_row = j->k_row,
-        .v_row = j->v_row,
+        .k_row = j->dk,
+        .v_row = j->dv,
+        .k_block = FT_KV_BLOCK_TOKENS * j->k_row,
+        .v_block = FT_KV_BLOCK_TOKENS * j->v_row,
     };
     return a;
 }

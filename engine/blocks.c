@@ -230,10 +230,15 @@ static void kv_store_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t
     const struct kv_store_ctx *c = ctx;
     struct ft_kv_cache *kv = f->kv;
     const ft_from_float_fn to_f16 = ft_type_traits(FT_TYPE_F16)->from_float; /* the reference's bytes */
+    const int64_t dk = kv->head_dim_k, dv = kv->head_dim_v, n_kv = kv->k_row / dk;
     for (int64_t i = i0; i < i1; i++) {
-        const int64_t cell = ft_kv_cell(kv, f->s->row_seq[i], f->s->row_pos[i]);
-        to_f16(f->s->k + i * kv->k_row, kv->k[c->il] + cell * kv->k_row, kv->k_row);
-        to_f16(f->s->v + i * kv->v_row, kv->v[c->il] + cell * kv->v_row, kv->v_row);
+        const int32_t seq = f->s->row_seq[i], pos = f->s->row_pos[i];
+        uint16_t *k = kv->k[c->il] + ft_kv_offset(kv, seq, pos, kv->k_row, dk);
+        uint16_t *v = kv->v[c->il] + ft_kv_offset(kv, seq, pos, kv->v_row, dv);
+        for (int64_t h = 0; h < n_kv; h++) {
+            to_f16(f->s->k + i * kv->k_row + h * dk, k + h * FT_KV_BLOCK_TOKENS * dk, dk);
+            to_f16(f->s->v + i * kv->v_row + h * dv, v + h * FT_KV_BLOCK_TOKENS * dv, dv);
+        }
     }
 }
 

@@ -53,6 +53,8 @@ int ft_kv_cache_new_pool(const struct ft_model *m, int32_t n_ctx, int32_t max_se
     kv->n_layer = hp->n_layer;
     kv->k_row = (int64_t)k_row;
     kv->v_row = (int64_t)v_row;
+    kv->head_dim_k = hp->head_dim_k;
+    kv->head_dim_v = hp->head_dim_v;
     kv->lru_head = kv->lru_tail = -1;
     kv->k = calloc((size_t)hp->n_layer, sizeof(*kv->k));
     kv->v = calloc((size_t)hp->n_layer, sizeof(*kv->v));
@@ -287,18 +289,17 @@ static bool needs_copy(const struct ft_kv_cache *kv, const struct ft_kv_seq *s) 
     return kv->seq_refs[b] > 1 || kv->cached[b];
 }
 
-/* Replace the shared partly filled last block of s by a private copy of
- * its first len % FT_KV_BLOCK_TOKENS rows. */
+/* Replace the shared partly filled last block of s by a private copy (of
+ * the whole block: its rows beyond len % FT_KV_BLOCK_TOKENS are never read
+ * before they are written, and the block is head-major, so whole is one
+ * copy where the valid rows would be one per head). */
 static void copy_on_write(struct ft_kv_cache *kv, struct ft_kv_seq *s) {
-    const int32_t idx = s->len / FT_KV_BLOCK_TOKENS, rows = s->len % FT_KV_BLOCK_TOKENS;
+    const int32_t idx = s->len / FT_KV_BLOCK_TOKENS;
     const int32_t from = s->blocks[idx], to = kv->free_list[--kv->n_free];
+    const size_t k_block = FT_KV_BLOCK_TOKENS * (size_t)kv->k_row, v_block = FT_KV_BLOCK_TOKENS * (size_t)kv->v_row;
     for (int32_t il = 0; il < kv->n_layer; il++) {
-        memcpy(kv->k[il] + (size_t)to * FT_KV_BLOCK_TOKENS * (size_t)kv->k_row,
-               kv->k[il] + (size_t)from * FT_KV_BLOCK_TOKENS * (size_t)kv->k_row,
-               (size_t)rows * (size_t)kv->k_row * sizeof(uint16_t));
-        memcpy(kv->v[il] + (size_t)to * FT_KV_BLOCK_TOKENS * (size_t)kv->v_row,
-               kv->v[il] + (size_t)from * FT_KV_BLOCK_TOKENS * (size_t)kv->v_row,
-               (size_t)rows * (size_t)kv->v_row * sizeof(uint16_t));
+        memcpy(kv->k[il] + (size_t)to * k_block, kv->k[il] + (size_t)from * k_block, k_block * sizeof(uint16_t));
+        memcpy(kv->v[il] + (size_t)to * v_block, kv->v[il] + (size_t)from * v_block, v_block * sizeof(uint16_t));
     }
     kv->seq_refs[to] = 1;
     s->blocks[idx] = to;

@@ -171,8 +171,9 @@ struct ft_kv_cache {
     int32_t n_blocks;
     int32_t max_blocks_per_seq;
     int32_t n_layer;
-    int64_t k_row; /* elements per token row */
+    int64_t k_row; /* elements per token: every KV head's row */
     int64_t v_row;
+    int64_t head_dim_k, head_dim_v;
     uint16_t **k;  /* n_layer pools */
     uint16_t **v;
     struct ft_kv_seq *seqs;
@@ -198,10 +199,13 @@ struct ft_kv_cache {
 int ft_kv_cache_prepare(struct ft_kv_cache *kv, const struct ft_batch *b);
 /* Record that (seq, pos) now holds valid KV. */
 void ft_kv_cache_commit(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
-/* Cell (block * FT_KV_BLOCK_TOKENS + row) of a reserved position. */
-static inline int64_t ft_kv_cell(const struct ft_kv_cache *kv, int32_t seq, int32_t pos) {
-    return (int64_t)kv->seqs[seq].blocks[pos / FT_KV_BLOCK_TOKENS] * FT_KV_BLOCK_TOKENS +
-           pos % FT_KV_BLOCK_TOKENS;
+/* Elements into a layer's pool (row = k_row or v_row, head_dim its head's)
+ * of KV head 0 of a reserved position; head h is at h * FT_KV_BLOCK_TOKENS
+ * * head_dim further, blocks being head-major (include/ft/model.h). */
+static inline int64_t ft_kv_offset(const struct ft_kv_cache *kv, int32_t seq, int32_t pos, int64_t row,
+                                   int64_t head_dim) {
+    return (int64_t)kv->seqs[seq].blocks[pos / FT_KV_BLOCK_TOKENS] * FT_KV_BLOCK_TOKENS * row +
+           pos % FT_KV_BLOCK_TOKENS * head_dim;
 }
 
 /* The state of one internal batch while the arch's forward runs. Rows of

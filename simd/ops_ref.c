@@ -207,10 +207,6 @@ void ft_matmul_rows_ref(ft_vec_dot_fn vec_dot, const void *w, size_t w_row_size,
 
 /* ---- attention ------------------------------------------------------------ */
 
-static inline int64_t kv_cell(const struct ft_attn_kv *kv, int32_t j) {
-    return (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens + j % kv->block_tokens;
-}
-
 /* ggml_vec_dot_f16 of ggml's AVX-512 build (the F16 K cache times Q, which
  * flash attention has rounded to fp16; qf holds those values as floats):
  * four 16-lane FMA accumulators over steps of 64, folded 0+2, 1+3, then
@@ -285,8 +281,8 @@ static FMA_CLONES void attention_online(const float *q, int64_t dk, int64_t dv, 
         float m = -INFINITY; /* running max of the scores */
         float s = 0.0f;      /* running sum of exp(score - m) */
         for (int32_t j = p0; j <= p1; j++) {
-            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
-            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            const uint16_t *kr = ft_attn_k_at(kv, j);
+            const uint16_t *vr = ft_attn_v_at(kv, j);
             const float sc = dot_f16_ggml(dk, kr, qh) * scale;
 
             float ms = 1.0f; /* rescale of what was accumulated so far */
@@ -351,7 +347,7 @@ FMA_CLONES void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, f
             p[k] = -INFINITY;
             if (j < p0 || j > p1)
                 continue;
-            const uint16_t *kr = kv->k + kv_cell(kv, j) * kv->k_row;
+            const uint16_t *kr = ft_attn_k_at(kv, j);
             float dot = 0.0f;
             for (int64_t d = 0; d < dk; d++)
                 dot = fmaf(ft_half_to_float(kr[d]), q[d], dot);
@@ -377,7 +373,7 @@ FMA_CLONES void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, f
             const int32_t j = t0 + k;
             if (j < p0 || j > p1)
                 continue;
-            const uint16_t *vr = kv->v + kv_cell(kv, j) * kv->v_row;
+            const uint16_t *vr = ft_attn_v_at(kv, j);
             for (int64_t d = 0; d < dv; d++)
                 out[d] = fmaf(ft_half_to_float(vr[d]), p[k], out[d]);
         }

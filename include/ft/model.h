@@ -112,7 +112,12 @@ struct ft_batch {
  * rows never change. A cached block no sequence lists is idle: it stays
  * valid, ordered least recently released first, and is evicted (the evict
  * callback tells its holder) only when a pass needs blocks and the free
- * list is empty. */
+ * list is empty.
+ *
+ * Layout: a block holds, per layer, its tokens' K head-major -- KV head h's
+ * rows of the block's FT_KV_BLOCK_TOKENS tokens side by side -- and V the
+ * same way, so the attention of one KV head reads one contiguous run per
+ * block instead of one head_dim-sized piece per token row. */
 #define FT_KV_BLOCK_TOKENS 16
 
 int ft_kv_cache_new(const struct ft_model *m, int32_t n_ctx, int32_t max_seqs,

@@ -61,17 +61,25 @@ void ft_geglu_ref(float *y, const float *g, const float *u, int64_t n);
 /* Attention of one query head over the F16 KV cache of one sequence, with
  * an online softmax (flash-style): keys and values at positions p0..p1
  * (inclusive) of a block-paged cache, position j living in block
- * blocks[j / block_tokens] at row j % block_tokens. out = softmax(scale *
+ * blocks[j / block_tokens] at row j % block_tokens (ft_attn_k_at). out = softmax(scale *
  * q.K) V over those positions, computed as ggml's CPU flash attention does
  * for fewer than 64 query rows: Q rounded to fp16, ggml's f16 dot, and an
  * fp16 V accumulator (simd/ops_ref.c). */
 struct ft_attn_kv {
-    const uint16_t *k;     /* the layer's K pool (fp16 bits), head offset applied */
-    const uint16_t *v;     /* the layer's V pool, head offset applied */
-    const int32_t *blocks; /* the sequence's block table */
+    const uint16_t *k;        /* the layer's K pool (fp16 bits), head offset applied */
+    const uint16_t *v;        /* the layer's V pool, head offset applied */
+    const int32_t *blocks;    /* the sequence's block table */
     int32_t block_tokens;
-    int64_t k_row, v_row;  /* elements from one token's row to the next */
+    int64_t k_row, v_row;     /* elements from one token's row to the next, within a block */
+    int64_t k_block, v_block; /* elements from one block to the next */
 };
+/* Key and value of position j. */
+static inline const uint16_t *ft_attn_k_at(const struct ft_attn_kv *kv, int32_t j) {
+    return kv->k + kv->blocks[j / kv->block_tokens] * kv->k_block + (j % kv->block_tokens) * kv->k_row;
+}
+static inline const uint16_t *ft_attn_v_at(const struct ft_attn_kv *kv, int32_t j) {
+    return kv->v + kv->blocks[j / kv->block_tokens] * kv->v_block + (j % kv->block_tokens) * kv->v_row;
+}
 /* scratch: at least dk + dv floats. */
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                       int32_t p0, int32_t p1, float *out, float *scratch);

@@ -48,11 +48,6 @@ static inline void scores2(const float *q0, const float *q1, int n2, const float
     }
 }
 
-/* Key j's cell of the KV cache (its row in K and in V). */
-static inline int64_t kv_cell(const struct ft_attn_kv *kv, int32_t j) {
-    return (int64_t)kv->blocks[j / kv->block_tokens] * kv->block_tokens + j % kv->block_tokens;
-}
-
 /* Online softmax and P V for query qi with scores s (raw) over keys
  * jb..jb+nk-1, of which p0..p1 count. */
 static inline void update(int qi, const __m256 s[GROUPS], float scale, int32_t jb, int nk, int32_t p0, int32_t p1,
@@ -138,29 +133,29 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
 
     for (int32_t jb = jhi < 0 ? 0 : jlo / 8 * 8; jb <= jhi; jb += TILE) {
         const int nk = (int)FT_MIN(TILE, jhi + 1 - jb);
-        int64_t cell[TILE]; /* -1: outside [jlo, jhi] */
-        for (int j = 0; j < TILE; j++)
-            cell[j] = j < nk && jb + j >= jlo ? kv_cell(kv, jb + j) : -1;
+        const uint16_t *krow[TILE], *vrow[TILE]; /* NULL: outside [jlo, jhi] */
+        for (int j = 0; j < TILE; j++) {
+            const bool in = j < nk && jb + j >= jlo;
+            krow[j] = in ? ft_attn_k_at(kv, jb + j) : NULL;
+            vrow[j] = in ? ft_attn_v_at(kv, jb + j) : NULL;
+        }
         /* K widened and transposed to kt[d][TILE], V widened to vf[TILE][dvp];
          * keys outside [jlo, jhi] are zero (and masked in update) */
         for (int g = 0; g < GROUPS; g++) {
             for (int64_t d0 = 0; d0 < dk; d0 += 8) {
                 __m256 r[8];
                 for (int j = 0; j < 8; j++)
-                    r[j] = cell[8 * g + j] >= 0
-                               ? _mm256_cvtph_ps(ft_load8_u16(kv->k + cell[8 * g + j] * kv->k_row + d0, dk - d0))
-                               : _mm256_setzero_ps();
+                    r[j] = krow[8 * g + j] ? _mm256_cvtph_ps(ft_load8_u16(krow[8 * g + j] + d0, dk - d0))
+                                           : _mm256_setzero_ps();
                 ft_transpose8(r);
                 for (int i = 0; i < 8 && d0 + i < dk; i++)
                     _mm256_store_ps(kt + (d0 + i) * TILE + 8 * g, r[i]);
             }
         }
-        for (int j = 0; j < nk; j++) {
-            const uint16_t *vrow = cell[j] >= 0 ? kv->v + cell[j] * kv->v_row : NULL;
+        for (int j = 0; j < nk; j++)
             for (int64_t d = 0; d < dv; d += 8)
                 _mm256_store_ps(vf + j * dvp + d,
-                                vrow ? _mm256_cvtph_ps(ft_load8_u16(vrow + d, dv - d)) : _mm256_setzero_ps());
-        }
+                                vrow[j] ? _mm256_cvtph_ps(ft_load8_u16(vrow[j] + d, dv - d)) : _mm256_setzero_ps());
 
         for (int i0 = 0; i0 < nq; i0 += 2) {
             const int n2 = FT_MIN(2, nq - i0);

@@ -99,9 +99,8 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
 
     for (int32_t jb = jhi < 0 ? 0 : jlo / TILE * TILE; jb <= jhi; jb += TILE) {
         const int nk = (int)FT_MIN(TILE, jhi + 1 - jb);
-        const int64_t cell = (int64_t)kv->blocks[jb / kv->block_tokens] * kv->block_tokens + jb % kv->block_tokens;
-        const uint16_t *krow = kv->k + cell * kv->k_row;
-        const uint16_t *vrow = kv->v + cell * kv->v_row;
+        const uint16_t *krow = ft_attn_k_at(kv, jb); /* the tile's keys: one block's rows */
+        const uint16_t *vrow = ft_attn_v_at(kv, jb);
         /* K tile -> kt[d][key]; keys outside [jlo, jhi] are zero (and masked
          * below; zero, so a masked key's p = 0 never meets a stale inf). */
         for (int64_t d0 = 0; d0 < dk; d0 += 16) {

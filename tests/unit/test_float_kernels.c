@@ -213,7 +213,7 @@ static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, i
                            int n_rows, int32_t n_pos, int32_t window, int empty_row, int32_t chunk) {
     const int32_t bt = 16;
     const int32_t n_blocks = (n_pos + bt - 1) / bt + 2;
-    const int n_kv = 2; /* the pool holds two KV heads; the call reads the second */
+    const int n_kv = 2; /* the pool holds two KV heads, head-major per block; the call reads the second */
     const int64_t k_row = n_kv * dk, v_row = n_kv * dv;
     void *kb, *vb, *qb, *ob, *sb;
     uint16_t *k = alloc_odd(sizeof(uint16_t) * (size_t)(n_blocks * bt * k_row), &kb);
@@ -229,7 +229,7 @@ static void test_attn_case(enum ft_isa isa, const struct ft_float_kernels *fk, i
     int32_t blocks[64];
     for (int32_t b = 0; b < (n_pos + bt - 1) / bt; b++)
         blocks[b] = n_blocks - 1 - b; /* out of order */
-    const struct ft_attn_kv kv = {k + dk, v + dv, blocks, bt, k_row, v_row};
+    const struct ft_attn_kv kv = {k + bt * dk, v + bt * dv, blocks, bt, dk, dv, bt * k_row, bt * v_row};
 
     const int n_head_total = n_heads + 1; /* the q rows hold one more head before the group */
     const int64_t q_row = n_head_total * dk, o_row = n_head_total * dv;

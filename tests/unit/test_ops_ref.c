@@ -85,7 +85,7 @@ int main(void) {
         kc[cell[p] * 1] = ft_fp32_to_fp16((float)p); /* k_row = 1 */
         vc[cell[p] * 1] = ft_fp32_to_fp16((float)(10 * (p + 1)));
     }
-    const struct ft_attn_kv kv = {kc, vc, blocks, 2, 1, 1};
+    const struct ft_attn_kv kv = {kc, vc, blocks, 2, 1, 1, 2, 2};
     float tmp[4];
     const float q = 1.0f;
     float out;
@@ -106,7 +106,7 @@ int main(void) {
     uint16_t k2[2] = {ft_fp32_to_fp16(0.0f), ft_fp32_to_fp16(0.0f)};
     uint16_t v2[2] = {ft_fp32_to_fp16(2048.0f), ft_fp32_to_fp16(1.0f)};
     const int32_t blk0[1] = {0};
-    const struct ft_attn_kv kv2 = {k2, v2, blk0, 2, 1, 1};
+    const struct ft_attn_kv kv2 = {k2, v2, blk0, 2, 1, 1, 2, 2};
     ft_attention_ref(&q, 1, 1, 1.0f, &kv2, 0, 1, &out, tmp);
     CHECK(out == 1024.0f);
     /* where fp16 would overflow (60000 + 60000 > 65504) ggml returns inf; we
