@@ -7,6 +7,13 @@ process that loads the model, warms up as llama-bench does and times one
 run), so slow phases of a shared machine hit both engines alike. It prints
 a markdown table of median tokens/s per engine and the ratio of medians.
 
+Decode rows also get the rate at which weights were read (model bytes x
+tokens/s) as a share of the machine's read bandwidth (ft-bench-bandwidth),
+two ways: against the best bandwidth measured before and after all runs,
+and against a short probe run just before each repetition's decode pair
+(the median of those per-repetition shares), since on a shared host the
+bandwidth itself moves by 15-20% within minutes.
+
 llama.cpp comes from the npm package node-llama-cpp@3.21.1: its prebuilt CPU
 libraries (@node-llama-cpp/linux-x64 or linux-arm64) and the llama.cpp
 source it ships (llama/gitRelease.bundle, for llama.h and ggml.h). The script
@@ -238,12 +245,15 @@ def main():
     print(head)
     print("|" + " --- |" * 4 + " ---: |" * (2 * len(engines) - 1), flush=True)
     results = []
+    adjacent_bw = {}  # (model, threads, rep) -> GB/s probed just before that repetition's decode runs
     total = len(a.model) * len(threads) * a.repetitions * len(tests) * len(engines)
     done = 0
     for model in a.model:
         for t in threads:
             for rep in range(a.repetitions):
                 for (p, n) in tests:
+                    if n:
+                        adjacent_bw[(str(model), t, rep)] = read_bandwidth(ft_bin, t, quick=True).get(t)
                     for e in engines:
                         done += 1
                         test = f"pp{p}" if p else f"tg{n}"
@@ -269,6 +279,13 @@ def main():
                     # Decode reads (nearly) every weight once per token: bytes x tokens/s.
                     row["weight_read_gb_per_s"] = {e.label: ft.model_size[str(model)] * m / 1e9
                                                    for e, m in zip(engines, meds)}
+                    probes = [adjacent_bw.get((str(model), t, rep)) for rep in range(a.repetitions)]
+                    if all(probes):
+                        row["adjacent_read_bandwidth_gb_per_s"] = probes
+                        row["share_of_adjacent_read_bandwidth"] = {
+                            e.label: statistics.median(ft.model_size[str(model)] * v / 1e9 / bw_rep
+                                                       for v, bw_rep in zip(e.samples[key], probes))
+                            for e in engines}
                 results.append(row)
             if a.json_out:
                 env["isa"] = {e.label: e.isa for e in engines}
@@ -299,21 +316,30 @@ def main():
     for r in results:
         if "weight_read_gb_per_s" in r:
             share = r.get("share_of_read_bandwidth", {})
+            adj = r.get("share_of_adjacent_read_bandwidth", {})
             print(f"- {os.path.basename(r['model'])} t{r['threads']} {r['test']}: weights read at "
-                  + ", ".join(f"{k} {v:.1f} GB/s" + (f" ({100 * share[k]:.0f}%)" if k in share else "")
+                  + ", ".join(f"{k} {v:.1f} GB/s" + (f" ({100 * share[k]:.0f}%" if k in share else "")
+                              + (f", {100 * adj[k]:.0f}% of the adjacent probe" if k in adj else "")
+                              + (")" if k in share else "")
                               for k, v in r["weight_read_gb_per_s"].items())
-                  + " (model bytes x decode tokens/s; % of the machine's read bandwidth)")
+                  + " (model bytes x decode tokens/s; % of the machine's best read bandwidth, and the median"
+                  " share of the probe run just before each repetition"
+                  + (f": {', '.join(f'{b:.1f}' for b in r['adjacent_read_bandwidth_gb_per_s'])} GB/s"
+                     if "adjacent_read_bandwidth_gb_per_s" in r else "") + ")")
 
 
-def read_bandwidth(ft_bin, max_threads):
+def read_bandwidth(ft_bin, max_threads, quick=False):
     """GB/s per thread count from ft-bench-bandwidth (built beside ft), the
-    better of its plain and prefetch columns; {} when it is not there."""
+    better of its plain and prefetch columns; {} when it is not there.
+    quick: a one-second probe (512 MiB, best of 3 passes)."""
     probe = ft_bin.parent / "ft-bench-bandwidth"
     if not probe.exists():
-        log(f"{probe} not found: no bandwidth yardstick")
+        if not quick:
+            log(f"{probe} not found: no bandwidth yardstick")
         return {}
     log(f"measuring read bandwidth with {probe}")
-    out = subprocess.run([str(probe), "-t", str(max_threads), "--mib", "1024", "--passes", "5"],
+    size, passes = ("512", "3") if quick else ("1024", "5")
+    out = subprocess.run([str(probe), "-t", str(max_threads), "--mib", size, "--passes", passes],
                          capture_output=True, text=True).stdout
     bw = {}
     for line in out.splitlines():
