@@ -18,7 +18,9 @@
  * matrix times 64 tokens, one thread, in cache, as GMAC/s (multiply-adds of
  * weights and activations) of the kernel alone, the cost of unpacking the
  * weights as a share of the kernel time at 512 tokens, and the same product
- * done with vec_dot row by row for comparison.
+ * done with vec_dot row by row for comparison; for types repacked at load
+ * (kernel_rw), the repacked kernel at 1, 4 and 8 tokens (decode of 1, 4
+ * and 8 streams).
  *
  * Times are the thread's CPU time (best of the repetitions), so other
  * processes on a shared machine disturb them less than wall-clock time.
@@ -148,6 +150,34 @@ static double time_passes(const struct ft_type_info *ti, const uint8_t *w, size_
 
 static int in_list(const char *list, const char *name);
 
+/* The repacked kernel over G_ROWS x G_K weights at 1, 4 and 8 tokens of
+ * the activation tile at: GMAC/s, printed on the current line. */
+static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, const uint8_t *at, float *out,
+                     double seconds) {
+    enum { G_ROWS = 256, G_K = 2048 };
+    const size_t rs = g->rw_tile_size(G_K);
+    const int n_wt = G_ROWS / g->tile_rows;
+    uint8_t *rw = aligned_alloc(64, (rs * (size_t)n_wt + 63) / 64 * 64);
+    for (int r = 0; r < n_wt; r++)
+        g->repack_w(w + (size_t)r * g->tile_rows * wr, wr, G_K, rw + (size_t)r * rs);
+    const int toks[3] = {1, 4, 8};
+    for (int i = 0; i < 3; i++) {
+        const int nt = toks[i] < g->tile_tokens ? toks[i] : g->tile_tokens;
+        double best = 1e30, start = now();
+        for (int rep = 0; rep < 5 || now() - start < seconds / 3; rep++) {
+            const double t0 = now();
+            for (int r = 0; r < n_wt; r++)
+                g->kernel_rw(rw + (size_t)r * rs, at, G_K, g->tile_rows, nt, out + (size_t)r * g->tile_rows, G_ROWS);
+            const double dt = now() - t0;
+            best = dt < best ? dt : best;
+            if (rep > 20000)
+                break;
+        }
+        printf("%s%.1f", i ? " / " : "  ", (double)G_ROWS * G_K * nt / best * 1e-9);
+    }
+    free(rw);
+}
+
 /* The GEMM section (see the top of the file). Weights from the reference
  * quantizer (the K-quant search is slow, so 16 distinct rows repeated). */
 static void bench_gemm(const char *types, const char *isas, const float *act, double seconds) {
@@ -155,7 +185,8 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
     printf("\nGEMM, %d x %d weights x %d tokens, one thread: GMAC/s; pack = unpacking as %% of the kernel at "
            "512 tokens\n",
            G_ROWS, G_K, G_TOK);
-    printf("%-5s %-13s %9s %7s %14s\n", "type", "level", "GMAC/s", "pack", "vec_dot GMAC/s");
+    printf("%-5s %-13s %9s %7s %14s %23s\n", "type", "level", "GMAC/s", "pack", "vec_dot GMAC/s",
+           "repacked 1/4/8 tok");
     float *f = malloc(G_K * sizeof(float));
     float *out = malloc((size_t)G_ROWS * G_TOK * sizeof(float));
     for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
@@ -210,8 +241,11 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
                     break;
             }
             const double macs = (double)G_ROWS * G_K * G_TOK;
-            printf("%-5s %-13s %9.1f %6.1f%% %14.1f\n", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
+            printf("%-5s %-13s %9.1f %6.1f%% %14.1f", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
                    100.0 * best_pack / (best_kern * 512 / G_TOK), macs / best_dot * 1e-9);
+            if (g->repack_w)
+                bench_rw(g, w, wr, at, out, seconds);
+            printf("\n");
             fflush(stdout);
             free(wt);
             free(at);
