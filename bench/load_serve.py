@@ -24,7 +24,7 @@ the per-request p99s); errors; the server's RSS (VmRSS) before and after.
 Usage: bench/load_serve.py [--ft build/ft] [-m MODEL.gguf] [-t N] [-c 1,2,4,8,16]
                            [--requests-per-level 32] [--max-tokens 32] [--time-limit 600]
                            [--parallel N] [--extra-args "..."] [--url http://127.0.0.1:PORT [--pid PID]]
-                           [--seed 1] [--json-out FILE]
+                           [--seed 1] [--rounds 1] [--json-out FILE]
 Without -m, `ft serve` loads its default model. Only the Python standard
 library is needed. The machine's other load shows in every number: compare
 runs made on a quiet machine only.
@@ -35,6 +35,7 @@ import os
 import queue
 import random
 import shlex
+import statistics
 import sys
 import threading
 import time
@@ -207,15 +208,21 @@ DEFAULT_PARALLEL = 8
 
 
 def run_load(host, port, levels, requests_per_level, max_tokens, time_limit_s, seed=1, pid=None,
-             prompt_sentences=None, log=None, parallel=None):
-    """Every level in turn, each with the same seeded mix of requests and an
-    equal share of what is left of time_limit_s. Returns the level summaries."""
+             prompt_sentences=None, log=None, parallel=None, rounds=1):
+    """Every level in turn, `rounds` times over, each with the same seeded
+    mix of requests (new prompt texts for every level and round, so the
+    prefix cache never serves one level's prompts to another) and an equal
+    share of what is left of time_limit_s. Returns the level summaries, in
+    the order they ran, with their round (1..rounds)."""
     end = time.perf_counter() + time_limit_s
     out = []
-    for i, c in enumerate(levels):
-        requests = make_requests(requests_per_level, seed, max_tokens, prompt_sentences, tag=f"{i}-")
-        budget = max(0.0, (end - time.perf_counter()) / (len(levels) - i))
+    runs = [(r, i, c) for r in range(rounds) for i, c in enumerate(levels)]
+    for n, (r, i, c) in enumerate(runs):
+        tag = f"{i}-" if r == 0 else f"{r}.{i}-"
+        requests = make_requests(requests_per_level, seed, max_tokens, prompt_sentences, tag=tag)
+        budget = max(0.0, (end - time.perf_counter()) / (len(runs) - n))
         s = run_level(host, port, c, requests, budget, pid, parallel)
+        s["round"] = r + 1
         out.append(s)
         if log:
             log(f"concurrency {c}: {s['completed']}/{s['planned']} requests in {s['wall_s']:.1f} s, "
@@ -234,16 +241,38 @@ def fmt_pair(d):
 
 
 def markdown_table(levels):
-    head = ("| C | done | errors | req/s | gen tok/s | decode tok/s | TTFT client p50/p99 ms | TTFT server p50/p99 ms "
+    rounds = any(s.get("round", 1) > 1 for s in levels)
+    head = ("| round " if rounds else "") + ("| C | done | errors | req/s | gen tok/s | decode tok/s | TTFT client p50/p99 ms | TTFT server p50/p99 ms "
             "| ITL client p50/p99 ms | ITL server p50/p99 ms | RSS before/after MiB |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in levels:
-        rows.append(f"| {s['concurrency']} | {s['completed']}/{s['planned']} | {s['errors']} "
+        rows.append((f"| {s['round']} " if rounds else "") + f"| {s['concurrency']} | {s['completed']}/{s['planned']} | {s['errors']} "
                     f"| {fmt(s['requests_per_s'], 2)} | {fmt(s['generated_tokens_per_s'])} "
                     f"| {fmt(s['decode_tokens_per_s'])} "
                     f"| {fmt_pair(s['ttft_client_ms'])} | {fmt_pair(s['ttft_server_ms'])} "
                     f"| {fmt_pair(s['itl_client_ms'])} | {fmt_pair(s['itl_server_ms'])} "
                     f"| {fmt(s['rss_mib']['before'])} / {fmt(s['rss_mib']['after'])} |")
+    return "\n".join(rows)
+
+
+def summary_table(levels):
+    """Per concurrency, the medians over rounds of the throughput columns and
+    the ratio of the median decode rate to that of C = 1 (when measured)."""
+    by_c = {}
+    for s in levels:
+        by_c.setdefault(s["concurrency"], []).append(s)
+    def med(runs, key):
+        vals = [s[key] for s in runs if s[key] is not None]
+        return statistics.median(vals) if vals else None
+    one = med(by_c[1], "decode_tokens_per_s") if 1 in by_c else None
+    rows = ["| C | rounds | errors | gen tok/s (median) | decode tok/s (median) | decode tok/s per round "
+            "| decode ÷ C=1 |", "|---|---|---|---|---|---|---|"]
+    for c, runs in by_c.items():
+        d = med(runs, "decode_tokens_per_s")
+        rows.append(f"| {c} | {len(runs)} | {sum(s['errors'] for s in runs)} "
+                    f"| {fmt(med(runs, 'generated_tokens_per_s'))} | {fmt(d)} "
+                    f"| {', '.join(fmt(s['decode_tokens_per_s']) for s in runs)} "
+                    f"| {fmt(d / one, 2) + '×' if d is not None and one else '-'} |")
     return "\n".join(rows)
 
 
@@ -288,6 +317,10 @@ def main():
     ap.add_argument("--prompts", type=prompt_mix, default=sorted(PROMPT_SENTENCES),
                     help="prompt lengths in the mix, comma-separated: short (~15 tokens), medium (~150), "
                          "long (~650) (default: all three)")
+    ap.add_argument("--rounds", type=positive(int), default=1,
+                    help="run the whole list of levels this many times, interleaved (1,8,1,8,...), and add a "
+                         "table of per-level medians: on a shared machine the host's load moves between "
+                         "levels, and interleaving spreads it over all of them (default 1)")
     ap.add_argument("--json-out", help="also write the results as JSON to this file")
     a = ap.parse_args()
 
@@ -321,11 +354,16 @@ def main():
         levels = run_load(host, port, a.concurrency, a.requests_per_level, a.max_tokens, a.time_limit, a.seed,
                           pid, prompt_sentences={k: PROMPT_SENTENCES[k] for k in a.prompts},
                           log=lambda s: print(s, file=sys.stderr, flush=True),
-                          parallel=a.parallel or DEFAULT_PARALLEL)
+                          parallel=a.parallel or DEFAULT_PARALLEL, rounds=a.rounds)
     finally:
         if server and server.stop() != 0:
             print(f"load_serve: ft serve exited with {server.proc.returncode}:\n{server.stderr()}", file=sys.stderr)
     print(markdown_table(levels))
+    if a.rounds > 1:
+        print()
+        print(f"Medians over {a.rounds} interleaved rounds:")
+        print()
+        print(summary_table(levels))
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"model": a.model, "url": a.url, "levels": levels}, f, indent=1)

@@ -56,6 +56,7 @@ int ft_kv_cache_new_pool(const struct ft_model *m, int32_t n_ctx, int32_t max_se
     kv->head_dim_k = hp->head_dim_k;
     kv->head_dim_v = hp->head_dim_v;
     kv->lru_head = kv->lru_tail = -1;
+    kv->max_idle = INT32_MAX;
     kv->k = calloc((size_t)hp->n_layer, sizeof(*kv->k));
     kv->v = calloc((size_t)hp->n_layer, sizeof(*kv->v));
     kv->seqs = calloc((size_t)max_seqs, sizeof(*kv->seqs));
@@ -168,14 +169,24 @@ static void lru_append(struct ft_kv_cache *kv, int32_t b) {
     kv->n_idle++;
 }
 
+static void evict_one(struct ft_kv_cache *kv);
+
+/* Evict the oldest idle blocks beyond the limit. */
+static void trim_idle(struct ft_kv_cache *kv) {
+    while (kv->n_idle > kv->max_idle)
+        evict_one(kv);
+}
+
 /* One table stops listing block b. */
 static void block_unref(struct ft_kv_cache *kv, int32_t b) {
     if (--kv->seq_refs[b] > 0)
         return;
-    if (kv->cached[b])
+    if (kv->cached[b]) {
         lru_append(kv, b);
-    else
+        trim_idle(kv);
+    } else {
         kv->free_list[kv->n_free++] = b;
+    }
 }
 
 /* One more table lists block b (in use or idle). */
@@ -269,6 +280,13 @@ int32_t ft_kv_cache_block_seq_refs(const struct ft_kv_cache *kv, int32_t b) {
 void ft_kv_cache_set_evict(struct ft_kv_cache *kv, ft_kv_evict_fn fn, void *ud) {
     kv->evict = fn;
     kv->evict_ud = ud;
+}
+
+void ft_kv_cache_set_idle_limit(struct ft_kv_cache *kv, int32_t n) {
+    if (!kv)
+        return;
+    kv->max_idle = n < 0 ? 0 : n;
+    trim_idle(kv);
 }
 
 /* Free the oldest idle block (and whatever its holder lets go with it). */

@@ -190,6 +190,7 @@ struct ft_kv_cache {
     int32_t *lru_prev, *lru_next; /* -1 terminated */
     int32_t lru_head, lru_tail;
     int32_t n_idle;
+    int32_t max_idle; /* ft_kv_cache_set_idle_limit; INT32_MAX: none */
     ft_kv_evict_fn evict;
     void *evict_ud;
 };

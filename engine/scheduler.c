@@ -292,8 +292,10 @@ static void *thread_main(void *arg) {
 }
 
 /* Blocks for n_slots whole sequences (one more each for a copy-on-write)
- * plus the prefix cache's budget. */
-static int pool_blocks(const struct ft_model *m, const struct ft_scheduler_params *p, int32_t *out) {
+ * plus the prefix cache's budget (*cache_blocks, which also caps the
+ * cache's idle blocks). */
+static int pool_blocks(const struct ft_model *m, const struct ft_scheduler_params *p, int32_t *out,
+                       int32_t *cache_blocks) {
     const int64_t per_seq = ((int64_t)p->n_ctx + FT_KV_BLOCK_TOKENS - 1) / FT_KV_BLOCK_TOKENS;
     const int64_t block_bytes = (int64_t)ft_model_kv_bytes_per_token(m) * FT_KV_BLOCK_TOKENS;
     const int64_t cache = p->prefix_reuse && block_bytes > 0 ? ((int64_t)p->cache_mib << 20) / block_bytes : 0;
@@ -303,6 +305,7 @@ static int pool_blocks(const struct ft_model *m, const struct ft_scheduler_param
         return FT_ERANGE;
     }
     *out = (int32_t)total;
+    *cache_blocks = (int32_t)cache;
     return FT_OK;
 }
 
@@ -324,10 +327,12 @@ int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, st
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     int rc;
-    int32_t n_blocks = 0;
-    if ((rc = pool_blocks(m, p, &n_blocks)) || (rc = ft_kv_cache_new_pool(m, p->n_ctx, p->n_slots, n_blocks, &s->kv)) ||
+    int32_t n_blocks = 0, cache_blocks = 0;
+    if ((rc = pool_blocks(m, p, &n_blocks, &cache_blocks)) ||
+        (rc = ft_kv_cache_new_pool(m, p->n_ctx, p->n_slots, n_blocks, &s->kv)) ||
         (rc = ft_prefix_cache_new(s->kv, p->prefix_reuse, &s->pc)))
         goto fail;
+    ft_kv_cache_set_idle_limit(s->kv, cache_blocks);
     s->slots = calloc((size_t)p->n_slots, sizeof(*s->slots));
     s->logits = malloc(sizeof(float) * (size_t)s->n_vocab * (size_t)p->n_slots);
     s->b_token = malloc(sizeof(int32_t) * FT_MAX_BATCH);

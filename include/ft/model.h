@@ -157,6 +157,14 @@ int32_t ft_kv_cache_block_seq_refs(const struct ft_kv_cache *kv, int32_t block);
  * may let go of others. Without a callback the cache lets go itself. */
 typedef void (*ft_kv_evict_fn)(void *ud, int32_t block);
 void ft_kv_cache_set_evict(struct ft_kv_cache *kv, ft_kv_evict_fn fn, void *ud);
+/* Keep at most n idle blocks (n >= 0): beyond that the oldest are evicted
+ * as soon as they go idle, not only when a pass needs room. This is the
+ * prefix cache's memory budget: without it idle blocks spread over the
+ * whole pool, and since the free list hands back the most recently freed
+ * block first, a bounded idle list also keeps serving on the same blocks
+ * (resident memory stops growing once the load's peak is reached). The
+ * default is no limit. */
+void ft_kv_cache_set_idle_limit(struct ft_kv_cache *kv, int32_t n);
 
 /* Evaluate a batch. Positions of a sequence in the batch must continue its
  * cache (pos == current length, increasing by one); entries of different

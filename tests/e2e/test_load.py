@@ -78,6 +78,18 @@ def test_request_mix_is_seeded_and_mixed():
     assert all(ra["body"] != rb["body"] for ra, rb in zip(a, b))
 
 
+def test_rounds_summary_takes_medians_per_level():
+    def level(c, r, gen, dec, errors=0):
+        return {"concurrency": c, "round": r, "generated_tokens_per_s": gen, "decode_tokens_per_s": dec,
+                "errors": errors}
+    # C=1 decode 20, 30, 10 -> median 20; C=8 decode 70, 50, 60 -> median 60: 3.00x.
+    runs = [level(1, 1, 18.0, 20.0), level(8, 1, 50.0, 70.0), level(1, 2, 25.0, 30.0), level(8, 2, 40.0, 50.0, 1),
+            level(1, 3, 9.0, 10.0), level(8, 3, 45.0, 60.0)]
+    rows = load_serve.summary_table(runs).splitlines()
+    assert rows[2] == "| 1 | 3 | 0 | 18.0 | 20.0 | 20.0, 30.0, 10.0 | 1.00× |"
+    assert rows[3] == "| 8 | 3 | 1 | 45.0 | 60.0 | 70.0, 50.0, 60.0 | 3.00× |"
+
+
 def test_load_on_asan_build():
     asan = os.environ.get("FT_ASAN_BIN")
     if not asan or not os.path.exists(asan):

@@ -153,6 +153,33 @@ int main(void) {
     ft_kv_cache_seq_truncate(kv, 2, 0);
     CHECK_EQ_INT(ft_kv_cache_block_set_cached(kv, c[0], false), FT_OK);
     CHECK_EQ_INT(ft_kv_cache_blocks_free(kv), 6);
+
+    /* Idle limit: 3 cached blocks go idle (last block first) under a limit
+     * of 1: the two oldest are evicted at once, through the callback, and
+     * the next pass gets the most recently freed block back first. */
+    ft_kv_cache_set_evict(kv, on_evict, kv);
+    g_n_evicted = 0;
+    ft_kv_cache_set_idle_limit(kv, 1);
+    CHECK_EQ_INT(eval(kv, 0, t, 48, 0, NULL), FT_OK);
+    for (int i = 0; i < 3; i++) {
+        c[i] = ft_kv_cache_seq_block(kv, 0, i);
+        CHECK_EQ_INT(ft_kv_cache_block_set_cached(kv, c[i], true), FT_OK);
+    }
+    ft_kv_cache_seq_truncate(kv, 0, 0);
+    CHECK_EQ_INT(ft_kv_cache_blocks_idle(kv), 1);
+    CHECK_EQ_INT(g_n_evicted, 2);
+    CHECK_EQ_INT(g_evicted[0], c[2]);
+    CHECK_EQ_INT(g_evicted[1], c[1]);
+    CHECK(ft_kv_cache_block_is_cached(kv, c[0]));
+    CHECK_EQ_INT(ft_kv_cache_blocks_free(kv), 5);
+    CHECK_EQ_INT(eval(kv, 1, t, 1, 0, NULL), FT_OK);
+    CHECK_EQ_INT(ft_kv_cache_seq_block(kv, 1, 0), c[1]);
+    ft_kv_cache_seq_truncate(kv, 1, 0);
+    /* Lowering the limit evicts at once. */
+    ft_kv_cache_set_idle_limit(kv, 0);
+    CHECK_EQ_INT(ft_kv_cache_blocks_idle(kv), 0);
+    CHECK_EQ_INT(g_n_evicted, 3);
+    CHECK_EQ_INT(ft_kv_cache_blocks_free(kv), 6);
     ft_kv_cache_free(kv);
     free(ref);
     free(ref2);
