@@ -18,6 +18,7 @@
  *
  * Weight tiles come from the portable packers of simd/qgemm_pack.h (8 rows).
  */
+#include "simd/kernels.h"
 #include "simd/qgemm_pack.h"
 
 #include <immintrin.h>
@@ -106,6 +107,10 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
             w += 2 * TR;
         }
         for (int s = 0; s < nsub; s++, w += sb_bytes) {
+            if (RAW) { /* repacked tiles are decode's weight stream, read once: ahead, as vec_dot does */
+                _mm_prefetch((const char *)w + FT_PREFETCH_DIST, _MM_HINT_T0);
+                _mm_prefetch((const char *)w + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+            }
             __m256i acc[TH];
             for (int t = 0; t < NT; t++)
                 acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm256_setzero_si256();
