@@ -150,16 +150,16 @@ static double time_passes(const struct ft_type_info *ti, const uint8_t *w, size_
 
 static int in_list(const char *list, const char *name);
 
-/* The repacked kernel over G_ROWS x G_K weights at 1, 4 and 8 tokens of
- * the activation tile at: GMAC/s, printed on the current line. */
-static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, const uint8_t *at, float *out,
-                     double seconds) {
-    enum { G_ROWS = 256, G_K = 2048 };
-    const size_t rs = g->rw_tile_size(G_K);
-    const int n_wt = G_ROWS / g->tile_rows;
+/* The repacked kernel over the rows x k weights w (rows wr bytes apart) at
+ * 1, 4 and 8 tokens of the activation tile at: GMAC/s, printed on the
+ * current line. out holds rows x 8 floats. */
+static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, int rows, int64_t k, const uint8_t *at,
+                     float *out, double seconds) {
+    const size_t rs = g->rw_tile_size(k);
+    const int n_wt = rows / g->tile_rows;
     uint8_t *rw = aligned_alloc(64, (rs * (size_t)n_wt + 63) / 64 * 64);
     for (int r = 0; r < n_wt; r++)
-        g->repack_w(w + (size_t)r * g->tile_rows * wr, wr, G_K, rw + (size_t)r * rs);
+        g->repack_w(w + (size_t)r * g->tile_rows * wr, wr, k, rw + (size_t)r * rs);
     const int toks[3] = {1, 4, 8};
     for (int i = 0; i < 3; i++) {
         const int nt = toks[i] < g->tile_tokens ? toks[i] : g->tile_tokens;
@@ -167,13 +167,13 @@ static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, cons
         for (int rep = 0; rep < 5 || now() - start < seconds / 3; rep++) {
             const double t0 = now();
             for (int r = 0; r < n_wt; r++)
-                g->kernel_rw(rw + (size_t)r * rs, at, G_K, g->tile_rows, nt, out + (size_t)r * g->tile_rows, G_ROWS);
+                g->kernel_rw(rw + (size_t)r * rs, at, k, g->tile_rows, nt, out + (size_t)r * g->tile_rows, rows);
             const double dt = now() - t0;
             best = dt < best ? dt : best;
             if (rep > 20000)
                 break;
         }
-        printf("%s%.1f", i ? " / " : "  ", (double)G_ROWS * G_K * nt / best * 1e-9);
+        printf("%s%.1f", i ? " / " : "  ", (double)rows * (double)k * nt / best * 1e-9);
     }
     free(rw);
 }
@@ -244,7 +244,7 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
             printf("%-5s %-13s %9.1f %6.1f%% %14.1f", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
                    100.0 * best_pack / (best_kern * 512 / G_TOK), macs / best_dot * 1e-9);
             if (g->repack_w)
-                bench_rw(g, w, wr, at, out, seconds);
+                bench_rw(g, w, wr, G_ROWS, G_K, at, out, seconds);
             printf("\n");
             fflush(stdout);
             free(wt);

@@ -107,8 +107,8 @@ static int32_t first_key(const struct ft_attn_job *j, int32_t pos) {
 static struct ft_attn_kv kv_of(const struct ft_attn_job *j, int32_t seq, int32_t kvh) {
     /* blocks are head-major (include/ft/model.h) */
     const struct ft_attn_kv a = {
-        .k = j->k + (int64_t)kvh * FT_KV_BLOCK_TOKENS * j->dk,
-        .v = j->v + (int64_t)kvh * FT_KV_BLOCK_TOKENS * j->dv,
+        .k = j->k + ft_kv_head_offset(kvh, j->dk),
+        .v = j->v + ft_kv_head_offset(kvh, j->dv),
         .blocks = j->seqs[seq].blocks,
         .block_tokens = FT_KV_BLOCK_TOKENS,
         .k_row = j->dk,

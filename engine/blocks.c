@@ -236,8 +236,8 @@ static void kv_store_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t
         uint16_t *k = kv->k[c->il] + ft_kv_offset(kv, seq, pos, kv->k_row, dk);
         uint16_t *v = kv->v[c->il] + ft_kv_offset(kv, seq, pos, kv->v_row, dv);
         for (int64_t h = 0; h < n_kv; h++) {
-            to_f16(f->s->k + i * kv->k_row + h * dk, k + h * FT_KV_BLOCK_TOKENS * dk, dk);
-            to_f16(f->s->v + i * kv->v_row + h * dv, v + h * FT_KV_BLOCK_TOKENS * dv, dv);
+            to_f16(f->s->k + i * kv->k_row + h * dk, k + ft_kv_head_offset(h, dk), dk);
+            to_f16(f->s->v + i * kv->v_row + h * dv, v + ft_kv_head_offset(h, dv), dv);
         }
     }
 }

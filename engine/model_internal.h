@@ -200,9 +200,11 @@ struct ft_kv_cache {
 int ft_kv_cache_prepare(struct ft_kv_cache *kv, const struct ft_batch *b);
 /* Record that (seq, pos) now holds valid KV. */
 void ft_kv_cache_commit(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
+/* Blocks are head-major (include/ft/model.h): within a block, KV head h's
+ * rows start this many elements after head 0's. */
+static inline int64_t ft_kv_head_offset(int64_t h, int64_t head_dim) { return h * FT_KV_BLOCK_TOKENS * head_dim; }
 /* Elements into a layer's pool (row = k_row or v_row, head_dim its head's)
- * of KV head 0 of a reserved position; head h is at h * FT_KV_BLOCK_TOKENS
- * * head_dim further, blocks being head-major (include/ft/model.h). */
+ * of KV head 0 of a reserved position (head h: ft_kv_head_offset further). */
 static inline int64_t ft_kv_offset(const struct ft_kv_cache *kv, int32_t seq, int32_t pos, int64_t row,
                                    int64_t head_dim) {
     return (int64_t)kv->seqs[seq].blocks[pos / FT_KV_BLOCK_TOKENS] * FT_KV_BLOCK_TOKENS * row +

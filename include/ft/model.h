@@ -111,8 +111,8 @@ struct ft_batch {
  * block someone else also holds first copies it (copy-on-write), so shared
  * rows never change. A cached block no sequence lists is idle: it stays
  * valid, ordered least recently released first, and is evicted (the evict
- * callback tells its holder) only when a pass needs blocks and the free
- * list is empty.
+ * callback tells its holder) when a pass needs blocks and the free list is
+ * empty, or at once beyond the idle limit (ft_kv_cache_set_idle_limit).
  *
  * Layout: a block holds, per layer, its tokens' K head-major -- KV head h's
  * rows of the block's FT_KV_BLOCK_TOKENS tokens side by side -- and V the
