@@ -34,6 +34,11 @@
 
 void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
+/* An empty asm that "changes" an accumulator: GCC otherwise reassociates
+ * the integer sums of a block into a tree, computes every product first
+ * and spills them (Q8_0 GEMM 51 -> 56, Q4_0 76 -> 81 GMAC/s with it). */
+#define FT_QG_KEEP_ORDER(v) __asm__("" : "+x"(v))
+
 static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ft_qg_ld32(p)); }
 static inline float ldf(const uint8_t *p) {
     float f;
@@ -137,6 +142,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TT + t) * 4));
                     const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TT + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+                    FT_QG_KEEP_ORDER(acc[t]);
                 }
             }
             const __m256 S = RAW == RAW_Q4_0   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 4 * 32)))
@@ -197,6 +203,7 @@ static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict 
             for (int t = 0; t < TH; t++) {
                 const __m256i x = _mm256_sign_epi8(bcast32(aq + (gi * TT + t) * 4), Ws);
                 acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(Wa, x), ones));
+                FT_QG_KEEP_ORDER(acc[t]);
             }
         }
         const __m256 S = _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
