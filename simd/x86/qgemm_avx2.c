@@ -36,7 +36,7 @@ void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
 /* An empty asm that "changes" an accumulator: GCC otherwise reassociates
  * the integer sums of a block into a tree, computes every product first
- * and spills them (Q8_0 GEMM 51 -> 56, Q4_0 76 -> 81 GMAC/s with it). */
+ * and spills them (one thread, GMAC/s: Q8_0 51 -> 56-58, Q4_0 76-79 -> 80-84). */
 #define FT_QG_KEEP_ORDER(v) __asm__("" : "+x"(v))
 
 static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ft_qg_ld32(p)); }
