@@ -366,6 +366,8 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
             return -1;
         }
     }
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err))
+        return -1;
     if (get_bool(root, "stream", &r->stream, NULL, err))
         return -1;
     if ((v = field(root, "stream_options"))) {

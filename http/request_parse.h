@@ -46,6 +46,7 @@ struct ft_api_request {
     int32_t max_tokens; /* 0: not given (until end of generation or context) */
     struct ft_sampler_params sampling; /* engine defaults for fields not given */
     bool seed_set;
+    bool ignore_eos; /* llama.cpp server / vLLM extension: generate past end-of-generation tokens */
     char *stops[FT_API_MAX_STOPS];
     int n_stops;
     bool stream;

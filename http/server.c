@@ -435,6 +435,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     if (!r->api.seed_set)
         r->er.params.sampling.seed = next_random(s);
     r->er.params.max_tokens = r->api.max_tokens;
+    r->er.params.ignore_eos = r->api.ignore_eos;
     r->er.params.stops = (const char *const *)r->api.stops;
     r->er.params.n_stops = r->api.n_stops;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;

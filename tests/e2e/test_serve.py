@@ -272,6 +272,25 @@ def test_seed_gives_same_text(srv):
     assert a != c
 
 
+def test_ignore_eos_generates_past_end_of_sequence(srv):
+    # Find a seed whose sample ends early by end-of-sequence (the model and
+    # the sampler are seeded, so the search goes the same way every run).
+    body = {"prompt": "Once upon a time", "max_tokens": 64}
+    for seed in range(1, 41):
+        status, early = srv.post("/v1/completions", dict(body, seed=seed))
+        assert status == 200, early
+        if early["choices"][0]["finish_reason"] == "stop":
+            break
+    else:
+        pytest.fail("no seed in 1..40 ended by end-of-sequence within 64 tokens")
+    assert early["usage"]["completion_tokens"] < 64, early
+    status, full = srv.post("/v1/completions", dict(body, seed=seed, ignore_eos=True))
+    assert status == 200, full
+    assert full["choices"][0]["finish_reason"] == "length", full
+    assert full["usage"]["completion_tokens"] == 64, full
+    assert full["choices"][0]["text"].startswith(early["choices"][0]["text"]), (early, full)
+
+
 # ---- streaming ---------------------------------------------------------------------------
 
 def sse_events(srv, path, body):
@@ -535,6 +554,7 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "n=1"),
     ({"messages": [{"role": "user", "content": "x"}], "performance_metrics": "yes"}, "performance_metrics", None),
     ({"messages": [{"role": "user", "content": "x"}], "seed": "abc"}, "seed", None),
+    ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, "ignore_eos", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 9}, "presence_penalty", None),
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs", "not supported"),
     ({"messages": [{"role": "user", "content": "x"}], "stream_options": 3}, "stream_options", None),

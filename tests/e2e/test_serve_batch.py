@@ -147,7 +147,7 @@ def test_abandoned_stream_does_not_stall_others(srv_batch):
     # other requests run: they finish and the server has nothing left running.
     c = http.client.HTTPConnection("127.0.0.1", srv_batch.port, timeout=120)
     c.request("POST", "/v1/completions", body=json.dumps({"prompt": "Count with me", "max_tokens": 400,
-                                                          "temperature": 0, "stream": True}),
+                                                          "temperature": 0, "stream": True, "ignore_eos": True}),
               headers={"Content-Type": "application/json"})
     resp = c.getresponse()
     assert resp.status == 200

@@ -269,16 +269,16 @@ def log_499s(s):
 
 def test_disconnects_cancel_generation(binary, slow_model):
     # 4 prompt tokens per step: the long prompt's prefill takes 90 steps, so
-    # the client is gone while it runs. Greedy: the random model's texts end
-    # (or not) the same way every run.
+    # the client is gone while it runs. ignore_eos: a decode never ends early
+    # by the random model's end-of-sequence.
     s = start(binary, slow_model, "-c", "4096", "-b", "4", "--parallel", "1", "--no-prefix-cache")
     try:
         long_prompt = "the keeper lit the lamp " * 60
         cases = [
             ("prefill, non-streaming", {"prompt": long_prompt, "max_tokens": 4, "temperature": 0}),
             ("prefill, streaming", {"prompt": long_prompt, "max_tokens": 4, "stream": True, "temperature": 0}),
-            ("decode, non-streaming", {"prompt": "a", "max_tokens": 4000, "temperature": 0}),
-            ("decode, streaming", {"prompt": "b", "max_tokens": 4000, "stream": True, "temperature": 0}),
+            ("decode, non-streaming", {"prompt": "a", "max_tokens": 4000, "temperature": 0, "ignore_eos": True}),
+            ("decode, streaming", {"prompt": "b", "max_tokens": 4000, "stream": True, "temperature": 0, "ignore_eos": True}),
         ]
         for i, (what, body) in enumerate(cases):
             sock = connect(s)
@@ -310,10 +310,10 @@ def test_queue_full_503_retry_after(binary, slow_model):
     s = start(binary, slow_model, "-c", "4096", "-b", "16", "--parallel", "1", "--max-queue", "1")
     try:
         running = connect(s)
-        running.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0}))
+        running.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0, "ignore_eos": True}))
         wait_for(lambda: metric(s, "ft_requests_running") == 1, "the first request to run")
         waiting = connect(s)
-        waiting.sendall(post_bytes("/v1/completions", {"prompt": "b", "max_tokens": 4000, "temperature": 0}))
+        waiting.sendall(post_bytes("/v1/completions", {"prompt": "b", "max_tokens": 4000, "temperature": 0, "ignore_eos": True}))
         wait_for(lambda: metric(s, "ft_requests_waiting") == 1, "the second request to wait")
         st, h, b = raw_exchange(s, post_bytes("/v1/completions", {"prompt": "c", "max_tokens": 2}))
         check_json_error(st, h, b, 503, "server_busy")
@@ -334,7 +334,7 @@ def test_sigterm_lets_request_finish(binary, slow_model):
     result = {}
 
     def go():
-        result["r"] = s.post("/v1/completions", {"prompt": "finish me", "max_tokens": 40})
+        result["r"] = s.post("/v1/completions", {"prompt": "finish me", "max_tokens": 40, "ignore_eos": True})
 
     t = threading.Thread(target=go)
     t.start()
@@ -355,13 +355,12 @@ def test_sigterm_lets_request_finish(binary, slow_model):
 def test_sigterm_past_shutdown_timeout_cancels(binary, slow_model):
     s = start(binary, slow_model, "-c", "4096", "-b", "16", "--shutdown-timeout", "1")
     plain = connect(s)
-    # Greedy, so whether the random model ever ends a text early (by
-    # end-of-sequence) is the same every run: here it does not.
-    plain.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0}))
+    # ignore_eos: the random model's end-of-sequence cannot end the texts early.
+    plain.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "temperature": 0, "ignore_eos": True}))
     wait_for(lambda: metric(s, "ft_requests_running") == 1, "the request to run")
     stream = connect(s)
     stream.sendall(post_bytes("/v1/chat/completions", {"messages": [{"role": "user", "content": "b"}],
-                                                       "max_tokens": 4000, "stream": True, "temperature": 0}))
+                                                       "max_tokens": 4000, "stream": True, "temperature": 0, "ignore_eos": True}))
     rs = Reader(stream)
     st, h, _ = rs.response(head_only=True)
     assert st == 200 and h["transfer-encoding"] == "chunked"
@@ -385,7 +384,7 @@ def test_sigterm_past_shutdown_timeout_cancels(binary, slow_model):
 def test_second_signal_cancels_at_once(binary, slow_model):
     s = start(binary, slow_model, "-c", "4096", "-b", "16")  # --shutdown-timeout 30
     sock = connect(s)
-    sock.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000}))
+    sock.sendall(post_bytes("/v1/completions", {"prompt": "a", "max_tokens": 4000, "ignore_eos": True}))
     wait_for(lambda: metric(s, "ft_requests_running") == 1, "the request to run")
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
