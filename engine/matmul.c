@@ -179,17 +179,32 @@ static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enu
 
 /* ---- products ---------------------------------------------------------------- */
 
-/* Work is handed out in chunks from a shared counter rather than split in
- * advance: a thread that starts late (woken late, or preempted on a busy
- * machine) then takes fewer chunks instead of holding up the barrier, and
- * the result does not change (every output is computed the same way by
- * whichever thread takes it).
+/* Work is handed out in chunks. Each thread owns a contiguous run of the
+ * chunks and takes them in order from its front, so its reads are one
+ * stream, as in the bandwidth probe: the prefetch that runs ahead of the
+ * end of one chunk lands on the start of its next. A thread whose run is
+ * done takes chunks from the back of the others' runs (work stealing), so
+ * a thread that starts late (woken late, or preempted on a busy machine)
+ * takes fewer chunks instead of holding up the barrier. The result does
+ * not change: every output is computed the same way by whichever thread
+ * takes it.
  *   vec_dot: chunks of about FT_MM_CHUNK_BYTES of weight rows, whole
  *            multiples of 16 rows (no two threads write one cache line of
  *            output);
  *   GEMM:    a panel of up to panel_stride bytes of weight tiles, times
  *            every token. */
 #define FT_MM_CHUNK_BYTES (128u << 10)
+/* Runs of chunks at most; threads beyond share them (thread i owns run
+ * i % FT_MM_RUNS). */
+#define FT_MM_RUNS 64
+
+/* A run [front, back) of chunk indices in one word, front in the low half,
+ * so the owner's take from the front and a thief's from the back cannot
+ * both get the last chunk. On its own cache line: the owner updates it
+ * once a chunk. */
+struct chunk_run {
+    _Alignas(64) atomic_uint_fast64_t fb;
+};
 
 struct mm_task {
     const struct ft_mm *mm;
@@ -207,7 +222,8 @@ struct mm_task {
     /* chunks: per product its rows per chunk and its first chunk's index */
     int64_t chunk_rows[FT_MM_MAX];
     int64_t first_chunk[FT_MM_MAX + 1];
-    atomic_int_fast64_t next;
+    int n_runs;
+    struct chunk_run runs[FT_MM_RUNS];
 };
 
 static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r1) {
@@ -220,10 +236,39 @@ static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r
             p->out[t * ld + r] += b[r];
 }
 
-/* The next chunk: product and rows [r0, r1); false when none is left. */
-static bool next_chunk(struct mm_task *t, int *prod, int64_t *r0, int64_t *r1) {
-    const int64_t c = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-    if (c >= t->first_chunk[t->n])
+static uint64_t run_word(uint64_t front, uint64_t back) { return back << 32 | front; }
+
+/* Splits the chunks [0, n) into t->n_runs runs of nearly equal length. */
+static void init_runs(struct mm_task *t, int64_t n, int n_threads) {
+    t->n_runs = FT_MAX(1, FT_MIN(n_threads, FT_MM_RUNS));
+    for (int i = 0; i < t->n_runs; i++)
+        atomic_init(&t->runs[i].fb, run_word((uint64_t)(n * i / t->n_runs), (uint64_t)(n * (i + 1) / t->n_runs)));
+}
+
+/* Takes the chunk at the front (from_back false) or the back of a run. */
+static bool take(struct chunk_run *r, bool from_back, int64_t *c) {
+    uint64_t v = atomic_load_explicit(&r->fb, memory_order_relaxed);
+    for (;;) {
+        const uint64_t front = v & 0xffffffffu, back = v >> 32;
+        if (front >= back)
+            return false;
+        const uint64_t next = from_back ? run_word(front, back - 1) : run_word(front + 1, back);
+        if (atomic_compare_exchange_weak_explicit(&r->fb, &v, next, memory_order_relaxed, memory_order_relaxed)) {
+            *c = (int64_t)(from_back ? back - 1 : front);
+            return true;
+        }
+    }
+}
+
+/* The next chunk for thread ith: product and rows [r0, r1); false when
+ * none is left anywhere. */
+static bool next_chunk(struct mm_task *t, int ith, int *prod, int64_t *r0, int64_t *r1) {
+    const int own = ith % t->n_runs;
+    int64_t c;
+    bool got = take(&t->runs[own], false, &c);
+    for (int k = 1; !got && k < t->n_runs; k++)
+        got = take(&t->runs[(own + k) % t->n_runs], true, &c);
+    if (!got)
         return false;
     int p = 0;
     while (c >= t->first_chunk[p + 1])
@@ -235,13 +280,12 @@ static bool next_chunk(struct mm_task *t, int *prod, int64_t *r0, int64_t *r1) {
 }
 
 static void vec_dot_run(void *ctx, int ith, int nth) {
-    (void)ith;
     (void)nth;
     struct mm_task *t = ctx;
     const int node = ft_threadpool_current_node();
     int prod;
     int64_t r0, r1;
-    while (next_chunk(t, &prod, &r0, &r1)) {
+    while (next_chunk(t, ith, &prod, &r0, &r1)) {
         const struct ft_mm *p = &t->mm[prod];
         const struct ft_weight *w = p->w;
         const struct ft_type_info *ti = ft_type_traits(w->type);
@@ -272,7 +316,7 @@ static void gemm_run(void *ctx, int ith, int nth) {
     const int node = ft_threadpool_current_node();
     int prod;
     int64_t r0, r1;
-    while (next_chunk(t, &prod, &r0, &r1)) {
+    while (next_chunk(t, ith, &prod, &r0, &r1)) {
         const struct ft_mm *p = &t->mm[prod];
         const struct ft_weight *w = p->w;
         const struct ft_qgemm *g = t->g[prod];
@@ -348,7 +392,7 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         t.chunk_rows[i] = rows;
         t.first_chunk[i + 1] = t.first_chunk[i] + (w->rows + rows - 1) / rows;
     }
-    atomic_init(&t.next, 0);
+    init_runs(&t, t.first_chunk[n], (int)nth);
     ft_threadpool_run(f->m->pool, g ? gemm_run : vec_dot_run, &t);
 }
 

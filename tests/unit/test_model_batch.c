@@ -264,6 +264,37 @@ static void run(const char *path) {
         ft_kv_cache_free(k2);
     }
 
+    /* (e) More threads than the machine has cores: threads are preempted,
+     * finish their own runs of a product's chunks at different times and
+     * take chunks from each other's runs (engine/matmul.c). Every row must
+     * still be computed, once: the logits match the 2-thread ones, for a
+     * batch (GEMM) and for one token at a time (vec_dot). */
+    {
+        struct ft_model *m5 = NULL;
+        struct ft_model_params mp5 = {.n_threads = 5};
+        CHECK(ft_model_load(path, &mp5, &m5) == FT_OK);
+        struct ft_kv_cache *k2 = NULL, *k5 = NULL;
+        CHECK(m5 && ft_kv_cache_new(m, N, 1, &k2) == FT_OK && ft_kv_cache_new(m5, N, 1, &k5) == FT_OK);
+        if (m5 && k2 && k5) {
+            float *l5 = malloc(sizeof(float) * N * nv);
+            CHECK(eval_seq(m5, k5, 0, ta, N, 0, l5) == FT_OK);
+            d = max_diff(l5, full, N * nv);
+            ft_kv_cache_seq_truncate(k5, 0, 0);
+            double dt = 0;
+            for (int i = 0; i < N; i++) {
+                CHECK(eval_seq(m, k2, 0, &ta[i], 1, i, one) == FT_OK);
+                CHECK(eval_seq(m5, k5, 0, &ta[i], 1, i, l5) == FT_OK);
+                dt = fmax(dt, max_diff(l5, one, nv));
+            }
+            printf("  (e) 5 threads vs 2: max diff %.2e in one batch, %.2e token by token\n", d, dt);
+            CHECKF(d <= TOL && dt <= TOL, "(e) %s: %g %g", path, d, dt);
+            free(l5);
+        }
+        ft_kv_cache_free(k2);
+        ft_kv_cache_free(k5);
+        ft_model_free(m5);
+    }
+
     free(full);
     free(one);
     free(mix);
