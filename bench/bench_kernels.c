@@ -20,7 +20,8 @@
  * weights as a share of the kernel time at 512 tokens, and the same product
  * done with vec_dot row by row for comparison; for types repacked at load
  * (kernel_rw), the repacked kernel at 1, 4 and 8 tokens (decode of 1, 4
- * and 8 streams).
+ * and 8 streams), and at 1 token on the one-token activation tile
+ * (kernel_rw1, what decode of one stream runs where the level has it).
  *
  * Times are the thread's CPU time (best of the repetitions), so other
  * processes on a shared machine disturb them less than wall-clock time.
@@ -153,28 +154,37 @@ static int in_list(const char *list, const char *name);
 /* The repacked kernel over the rows x k weights w (rows wr bytes apart) at
  * 1, 4 and 8 tokens of the activation tile at: GMAC/s, printed on the
  * current line. out holds rows x 8 floats. */
+/* The repacked kernel at 1, 4 and 8 tokens, and kernel_rw1 (one token on
+ * the one-token tile of activation row a) where the level has it. */
 static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, int rows, int64_t k, const uint8_t *at,
-                     float *out, double seconds) {
+                     const uint8_t *a, float *out, double seconds) {
     const size_t rs = g->rw_tile_size(k);
     const int n_wt = rows / g->tile_rows;
     uint8_t *rw = aligned_alloc(64, (rs * (size_t)n_wt + 63) / 64 * 64);
     for (int r = 0; r < n_wt; r++)
         g->repack_w(w + (size_t)r * g->tile_rows * wr, wr, k, rw + (size_t)r * rs);
-    const int toks[3] = {1, 4, 8};
-    for (int i = 0; i < 3; i++) {
+    uint8_t *a1 = g->kernel_rw1 ? aligned_alloc(64, (g->a1_tile_size(k) + 63) / 64 * 64) : NULL;
+    if (a1)
+        g->pack_a1(a, k, a1);
+    const int toks[4] = {1, 4, 8, 1};
+    for (int i = 0; i < (a1 ? 4 : 3); i++) {
         const int nt = toks[i] < g->tile_tokens ? toks[i] : g->tile_tokens;
         double best = 1e30, start = now();
-        for (int rep = 0; rep < 5 || now() - start < seconds / 3; rep++) {
+        for (int rep = 0; rep < 5 || now() - start < seconds / 4; rep++) {
             const double t0 = now();
             for (int r = 0; r < n_wt; r++)
-                g->kernel_rw(rw + (size_t)r * rs, at, k, g->tile_rows, nt, out + (size_t)r * g->tile_rows, rows);
+                if (i == 3)
+                    g->kernel_rw1(rw + (size_t)r * rs, a1, k, g->tile_rows, out + (size_t)r * g->tile_rows);
+                else
+                    g->kernel_rw(rw + (size_t)r * rs, at, k, g->tile_rows, nt, out + (size_t)r * g->tile_rows, rows);
             const double dt = now() - t0;
             best = dt < best ? dt : best;
             if (rep > 20000)
                 break;
         }
-        printf("%s%.1f", i ? " / " : "  ", (double)rows * (double)k * nt / best * 1e-9);
+        printf("%s%.1f", i == 3 ? "  1-token tile " : i ? " / " : "  ", (double)rows * (double)k * nt / best * 1e-9);
     }
+    free(a1);
     free(rw);
 }
 
@@ -186,7 +196,7 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
            "512 tokens\n",
            G_ROWS, G_K, G_TOK);
     printf("%-5s %-13s %9s %7s %14s %23s\n", "type", "level", "GMAC/s", "pack", "vec_dot GMAC/s",
-           "repacked 1/4/8 tok");
+           "repacked 1/4/8 tok, 1-token tile");
     float *f = malloc(G_K * sizeof(float));
     float *out = malloc((size_t)G_ROWS * G_TOK * sizeof(float));
     for (size_t ti = 0; ti < sizeof(k_types) / sizeof(k_types[0]); ti++) {
@@ -244,7 +254,7 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
             printf("%-5s %-13s %9.1f %6.1f%% %14.1f", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
                    100.0 * best_pack / (best_kern * 512 / G_TOK), macs / best_dot * 1e-9);
             if (g->repack_w)
-                bench_rw(g, w, wr, G_ROWS, G_K, at, out, seconds);
+                bench_rw(g, w, wr, G_ROWS, G_K, at, a, out, seconds);
             printf("\n");
             fflush(stdout);
             free(wt);

@@ -137,6 +137,7 @@ struct act_task {
     size_t a_row;
     const struct ft_qgemm *g; /* NULL: rows only; else also pack tiles */
     void *tiles;
+    bool one; /* g's one-token tile (pack_a1) */
 };
 
 /* from_float_act: activations round as llama.cpp rounds them (types.h). */
@@ -155,20 +156,22 @@ static void act_run(void *ctx, int ith, int nth) {
     for (int32_t i = i0; i < i1; i++) {
         const int32_t t0 = i * tt, t1 = FT_MIN(c->n_tok, t0 + tt);
         convert_rows(c, t0, t1);
-        if (c->g)
+        if (c->one)
+            c->g->pack_a1(c->rows, c->k, c->tiles);
+        else if (c->g)
             c->g->pack_a((const char *)c->rows + (size_t)t0 * c->a_row, c->a_row, t1 - t0, c->k,
                          (char *)c->tiles + (size_t)i * c->g->a_tile_size(c->k));
     }
 }
 
 /* Convert in (n_tok, k) to vdt rows in the scratch (F32: in itself), and
- * with g also into g's activation tiles. */
+ * with g also into g's activation tiles (one: its one-token tile). */
 static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enum ft_type vdt,
-                               const struct ft_qgemm *g, size_t *a_row) {
+                               const struct ft_qgemm *g, bool one, size_t *a_row) {
     *a_row = ft_row_size(vdt, k);
     if (vdt == FT_TYPE_F32 && !g)
         return in;
-    struct act_task c = {vdt, in, f->n_rows, k, f->s->act, *a_row, g, f->s->qg_act};
+    struct act_task c = {vdt, in, f->n_rows, k, f->s->act, *a_row, g, f->s->qg_act, one};
     /* one token: converting on this thread is cheaper than a dispatch */
     if (f->n_rows == 1)
         act_run(&c, 0, 1);
@@ -215,6 +218,7 @@ struct mm_task {
     /* GEMM */
     const struct ft_qgemm *const *g; /* per product */
     const void *a_tiles;
+    bool one; /* one token on repacked tiles: kernel_rw1 on pack_a1's tile */
     /* vec_dot: per token, its sequence's row count and index (uses_gemv) */
     const int32_t *seq_n, *seq_i;
     char *panels;                    /* per thread */
@@ -328,6 +332,15 @@ static void gemm_run(void *ctx, int ith, int nth) {
         const bool in_place = rw_in_place(w, g, t->n_tok);
         const size_t w_tile = in_place ? g->rw_tile_size(w->cols) : g->w_tile_size(w->cols);
         const char *tiles = in_place ? wd + (size_t)(r0 / tr) * w_tile : panel;
+        if (t->one) {
+            for (int64_t j = 0; j < np; j++) {
+                const int64_t rr = r0 + j * tr;
+                g->kernel_rw1(tiles + (size_t)j * w_tile, t->a_tiles, w->cols, (int)FT_MIN((int64_t)tr, r1 - rr),
+                              p->out + rr);
+            }
+            add_bias(p, t->n_tok, r0, r1);
+            continue;
+        }
         void (*kernel)(const void *, const void *, int64_t, int, int, float *, int64_t) =
             in_place ? g->kernel_rw : g->kernel;
         for (int64_t j = 0; !in_place && j < np; j++) {
@@ -358,8 +371,13 @@ static void gemm_run(void *ctx, int ith, int nth) {
 static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm,
                       const struct ft_qgemm *const *g, bool att) {
     const int64_t k = mm[0].w->cols;
+    /* one token and every weight repacked with a one-token kernel: the
+     * compact activation tile (struct ft_qgemm's pack_a1) */
+    bool one = g && f->n_rows == 1;
+    for (int i = 0; one && i < n; i++)
+        one = g[i]->kernel_rw1 && g[i]->pack_a1 == g[0]->pack_a1 && rw_in_place(mm[i].w, g[i], 1);
     size_t a_row;
-    const void *a = convert_act(f, in, k, vdt_of(mm[0].w), g ? g[0] : NULL, &a_row);
+    const void *a = convert_act(f, in, k, vdt_of(mm[0].w), g ? g[0] : NULL, one, &a_row);
     struct mm_task t = {
         .mm = mm,
         .n = n,
@@ -368,6 +386,7 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         .n_tok = f->n_rows,
         .g = g,
         .a_tiles = f->s->qg_act,
+        .one = one,
         .seq_n = att ? f->s->row_att_n : f->s->row_seq_n,
         .seq_i = att ? f->s->row_att_i : f->s->row_seq_i,
         .panels = f->s->qg_panel,

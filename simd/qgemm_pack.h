@@ -26,7 +26,8 @@
  *           Wg..Wg+W-1 of the sub-block of every row
  *   S       TR floats
  *   M       TR floats (types with mins only)
- * Activation tile (FT_QG_TT tokens), activation block after block:
+ * Activation tile (TT = FT_QG_TT tokens; pack_a1's one-token tile of decode
+ * is the same with TT = 1), activation block after block:
  *   quants  ABLK/W groups x TT tokens x W bytes (int8)
  *   D       TT floats
  *   X       ABLK/G sub-blocks x TT values (int32 or float)
@@ -63,12 +64,19 @@ static inline size_t ft_qg_sb_bytes(int tr, int g, int mins) { return (size_t)(g
 static inline size_t ft_qg_w_tile_bytes(int tr, int g, int mins, int64_t k) {
     return (size_t)(k / g) * ft_qg_sb_bytes(tr, g, mins);
 }
-/* Bytes of one activation block of an activation tile, and of a whole tile. */
-static inline size_t ft_qg_ab_bytes(int g, int ablk) {
-    return (size_t)(ablk * FT_QG_TT + 4 * FT_QG_TT + 4 * FT_QG_TT * (ablk / g));
+/* Bytes of one activation block of an activation tile of tt tokens, and
+ * of a whole tile. tt is FT_QG_TT, or 1 for the one-token tile of decode
+ * (struct ft_qgemm's pack_a1: the same layout with TT = 1, so a token's
+ * quants are contiguous). */
+static inline size_t ft_qg_ab_bytes_tt(int g, int ablk, int tt) {
+    return (size_t)(ablk * tt + 4 * tt + 4 * tt * (ablk / g));
 }
+static inline size_t ft_qg_ab_bytes(int g, int ablk) { return ft_qg_ab_bytes_tt(g, ablk, FT_QG_TT); }
 static inline size_t ft_qg_a_tile_bytes(int g, int ablk, int64_t k) {
     return (size_t)(k / ablk) * ft_qg_ab_bytes(g, ablk);
+}
+static inline size_t ft_qg_a1_tile_bytes(int g, int ablk, int64_t k) {
+    return (size_t)(k / ablk) * ft_qg_ab_bytes_tt(g, ablk, 1);
 }
 
 static inline uint32_t ft_qg_ld32(const void *p) {
@@ -86,14 +94,14 @@ static inline uint16_t ft_qg_ld16(const void *p) {
 /* ---- activations ----------------------------------------------------------- */
 
 /* n_tok rows of Q8_0 / Q8_1 / Q8_K blocks into an activation tile of group
- * width W (4 or 8). */
+ * width W (4 or 8) and TT tokens (FT_QG_TT, or 1). */
 __attribute__((always_inline)) static inline void ft_qg_pack_a_width(const void *a, size_t a_row, int n_tok,
                                                                      int64_t k, void *tile, enum ft_type act, int g,
                                                                      enum ft_qg_xmode xmode, int offset,
-                                                                     const int W) {
+                                                                     const int W, const int TT) {
     const int ablk = act == FT_TYPE_Q8_K ? FT_QK_K : 32;
     const int nsub = ablk / g;
-    const size_t ab = ft_qg_ab_bytes(g, ablk);
+    const size_t ab = ft_qg_ab_bytes_tt(g, ablk, TT);
     const size_t blk_bytes = act == FT_TYPE_Q8_K ? sizeof(ft_block_q8_K)
                              : act == FT_TYPE_Q8_1 ? sizeof(ft_block_q8_1)
                                                    : sizeof(ft_block_q8_0);
@@ -101,21 +109,21 @@ __attribute__((always_inline)) static inline void ft_qg_pack_a_width(const void 
     uint8_t *out = tile;
     for (int64_t b = 0; b < k / ablk; b++, out += ab) {
         uint8_t *q = out;
-        float *D = (float *)(void *)(out + ablk * FT_QG_TT);
-        uint8_t *X = out + ablk * FT_QG_TT + 4 * FT_QG_TT;
-        for (int t = 0; t < FT_QG_TT; t++) {
+        float *D = (float *)(void *)(out + ablk * TT);
+        uint8_t *X = out + ablk * TT + 4 * TT;
+        for (int t = 0; t < TT; t++) {
             if (t >= n_tok) {
                 for (int gi = 0; gi < ablk / W; gi++)
-                    memset(q + (gi * FT_QG_TT + t) * W, 0, (size_t)W);
+                    memset(q + (gi * TT + t) * W, 0, (size_t)W);
                 D[t] = 0.0f;
                 for (int s = 0; s < nsub; s++)
-                    memset(X + (s * FT_QG_TT + t) * 4, 0, 4);
+                    memset(X + (s * TT + t) * 4, 0, 4);
                 continue;
             }
             const uint8_t *blk = (const uint8_t *)a + (size_t)t * a_row + (size_t)b * blk_bytes;
             const int8_t *qs = (const int8_t *)(blk + qs_off);
             for (int gi = 0; gi < ablk / W; gi++)
-                memcpy(q + (gi * FT_QG_TT + t) * W, qs + W * gi, (size_t)W);
+                memcpy(q + (gi * TT + t) * W, qs + W * gi, (size_t)W);
             if (act == FT_TYPE_Q8_K) {
                 float d;
                 memcpy(&d, blk, 4);
@@ -124,7 +132,7 @@ __attribute__((always_inline)) static inline void ft_qg_pack_a_width(const void 
                 D[t] = ft_half_to_float(ft_qg_ld16(blk));
             }
             for (int s = 0; s < nsub; s++) {
-                uint8_t *xv = X + (s * FT_QG_TT + t) * 4;
+                uint8_t *xv = X + (s * TT + t) * 4;
                 if (xmode == FT_QG_X_S) {
                     const float sv = ft_half_to_float(ft_qg_ld16(blk + 2));
                     memcpy(xv, &sv, 4);
@@ -154,12 +162,17 @@ __attribute__((always_inline)) static inline void ft_qg_pack_a_width(const void 
 
 static inline void ft_qg_pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, enum ft_type act,
                                 int g, enum ft_qg_xmode xmode, int offset) {
-    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 4);
+    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 4, FT_QG_TT);
 }
 /* Group width 8: pairs of tokens interleaved 8 bytes at a time. */
 static inline void ft_qg_pack_a_il(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, enum ft_type act,
                                    int g, enum ft_qg_xmode xmode, int offset) {
-    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 8);
+    ft_qg_pack_a_width(a, a_row, n_tok, k, tile, act, g, xmode, offset, 8, FT_QG_TT);
+}
+/* One token, group width 4, into a one-token tile (pack_a1). */
+static inline void ft_qg_pack_a1(const void *a, int64_t k, void *tile, enum ft_type act, int g, enum ft_qg_xmode xmode,
+                                 int offset) {
+    ft_qg_pack_a_width(a, 0, 1, k, tile, act, g, xmode, offset, 4, 1);
 }
 
 /* ---- weights ---------------------------------------------------------------- */

@@ -71,6 +71,17 @@ struct ft_qgemm {
     /* Row r of a repacked tile back in the type's own blocks (row_size
      * bytes): the lookup of a token embedding that is also the output head. */
     void (*rw_row)(const void *rw_tile, int r, int64_t k, void *row);
+    /* Optional (NULL: none, else all three; only with kernel_rw): decode of
+     * one token on repacked tiles with a one-token activation tile, whose
+     * layout is pack_a's with one token per tile, so the token's quants are
+     * contiguous. In pack_a's tile they are 4 bytes of every 32, and a
+     * single token's pass streamed tile_tokens times more activation bytes
+     * through the cache than it used. pack_a1 takes one activation row;
+     * a1_tile_size(k) <= a_tile_size(k). kernel_rw1 writes out[r] for
+     * r < n_rows (<= tile_rows), the floats kernel_rw writes for one token. */
+    size_t (*a1_tile_size)(int64_t k);
+    void (*pack_a1)(const void *a, int64_t k, void *tile);
+    void (*kernel_rw1)(const void *rw_tile, const void *a1_tile, int64_t k, int n_rows, float *out);
     /* Optional: a repacked tile into kernel's tile (w_tile_size bytes), for
      * batches large enough that unpacking once per product beats unpacking
      * in registers per 4 tokens (FT_RW_UNPACK_MIN_TOKENS). */

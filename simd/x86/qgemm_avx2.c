@@ -83,7 +83,8 @@ static inline __m256 rw_q6_K_scales(__m256 d, const uint8_t *sc) {
 /* Which repacked tile kernel_half reads, if any. */
 enum { RAW_NONE, RAW_Q4_0, RAW_Q6_K };
 
-/* Tokens t0..t0+NT-1 (NT <= TH) of an activation tile times a weight tile.
+/* Tokens t0..t0+NT-1 (NT <= TH) of an activation tile of TA tokens (TT, or
+ * 1: pack_a1's) times a weight tile.
  * RAW: the weight tile is a repacked Q4_0 (G 32) or Q6_K (G 16) one, whose
  * quants are rebuilt here, in registers, instead of by a packer: the same
  * integer sums and float steps as on the unpacked tile, so the same floats. */
@@ -91,21 +92,21 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                                                               int64_t k, int n_rows, int n_tok, int t0,
                                                               float *restrict out, int64_t ld, const int G,
                                                               const int ABLK, const int MINS, const int XINT,
-                                                              const int NT, const int RAW) {
+                                                              const int NT, const int RAW, const int TA) {
     const int nsub = ABLK / G;
     const int ngrp = G / 4;
     const size_t sb_bytes = RAW == RAW_Q4_0   ? RW_Q4_0_BLOCK
                             : RAW == RAW_Q6_K ? RW_Q6_K_SUB
                                               : ft_qg_sb_bytes(TR, G, MINS);
-    const size_t ab_bytes = ft_qg_ab_bytes(G, ABLK);
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(G, ABLK, TA);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 facc[TH];
     for (int t = 0; t < NT; t++)
         facc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
-        const uint8_t *D = a + ABLK * TT + 4 * t0;
-        const uint8_t *X = a + ABLK * TT + 4 * TT + 4 * t0;
+        const uint8_t *D = a + ABLK * TA + 4 * t0;
+        const uint8_t *X = a + ABLK * TA + 4 * TA + 4 * t0;
         __m256 d6 = _mm256_setzero_ps(); /* RAW_Q6_K: the super-block's d of the 8 rows */
         if (RAW == RAW_Q6_K) {
             d6 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)w));
@@ -118,8 +119,8 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
             }
             __m256i acc[TH];
             for (int t = 0; t < NT; t++)
-                acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm256_setzero_si256();
-            const uint8_t *aq = a + (size_t)s * ngrp * TT * 4 + 4 * t0;
+                acc[t] = XINT ? bcast32(X + (s * TA + t) * 4) : _mm256_setzero_si256();
+            const uint8_t *aq = a + (size_t)s * ngrp * TA * 4 + 4 * t0;
             __m256i W6[4];
             if (RAW == RAW_Q6_K)
                 rw_q6_K_groups(w, W6);
@@ -139,8 +140,8 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
                 }
                 for (int t = 0; t < NT; t++) {
-                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TT + t) * 4));
-                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TT + t) * 4));
+                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TA + t) * 4));
+                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TA + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
                     FT_QG_KEEP_ORDER(acc[t]);
                 }
@@ -165,7 +166,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                 if (MINS) {
                     const __m256 M = _mm256_loadu_ps((const float *)(const void *)(w + G * TR + 4 * TR));
                     for (int t = 0; t < NT; t++)
-                        facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + (s * TT + t) * 4) * ldf(D + 4 * t)),
+                        facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + (s * TA + t) * 4) * ldf(D + 4 * t)),
                                                   facc[t]);
                 }
             }
@@ -225,9 +226,9 @@ static void kernel_q8_0(const void *w, const void *a, int64_t k, int n_rows, int
 
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
-        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE);                  \
+        kernel_half(w, a, k, n_rows, n_tok, 0, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE, TT);                  \
         if (n_tok > TH)                                                                                      \
-            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE);             \
+            kernel_half(w, a, k, n_rows, n_tok, TH, out, ld, G, ABLK, MINS, XINT, TH, RAW_NONE, TT);             \
     }
 KERNEL(kernel_q4_0_class, 32, 32, 0, 1)  /* Q4_0, Q5_0 */
 KERNEL(kernel_q4_1_class, 32, 32, 1, 0)  /* Q4_1, Q5_1 */
@@ -243,10 +244,10 @@ KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
     static void name##_pass(const void *w, const void *a, int64_t k, int n_rows, int n_tok, int t0, int nt,     \
                             float *out, int64_t ld) {                                                            \
         switch (nt) {                                                                                            \
-        case 1: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 1, RAW); break;                  \
-        case 2: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 2, RAW); break;                  \
-        case 3: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 3, RAW); break;                  \
-        default: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 4, RAW); break;                 \
+        case 1: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 1, RAW, TT); break;                  \
+        case 2: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 2, RAW, TT); break;                  \
+        case 3: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 3, RAW, TT); break;                  \
+        default: kernel_half(w, a, k, n_rows, n_tok, t0, out, ld, G, ABLK, 0, 1, 4, RAW, TT); break;                 \
         }                                                                                                        \
     }                                                                                                            \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {  \
@@ -256,6 +257,15 @@ KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
     }
 RW_KERNEL(kernel_rw_q4_0, 32, 32, RAW_Q4_0)
 RW_KERNEL(kernel_rw_q6_K, 16, FT_QK_K, RAW_Q6_K)
+
+/* One token on a one-token activation tile (pack_a1): decode of one stream.
+ * The same integer sums and float steps as kernel_rw's one-token pass. */
+#define RW1_KERNEL(name, G, ABLK, RAW)                                                    \
+    static void name(const void *w, const void *a, int64_t k, int n_rows, float *out) { \
+        kernel_half(w, a, k, n_rows, 1, 0, out, 0, G, ABLK, 0, 1, 1, RAW, 1);            \
+    }
+RW1_KERNEL(kernel_rw1_q4_0, 32, 32, RAW_Q4_0)
+RW1_KERNEL(kernel_rw1_q6_K, 16, FT_QK_K, RAW_Q6_K)
 
 FT_QG_PACK_W_PORTABLE(pack_w_, TR)
 
@@ -483,6 +493,14 @@ PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, FT_QG_X_SUM, 0)
 PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 4)
 PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 32)
+static void pack_a1_q4_0(const void *a, int64_t k, void *tile) {
+    ft_qg_pack_a1(a, k, tile, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 8);
+}
+static void pack_a1_q6_K(const void *a, int64_t k, void *tile) {
+    ft_qg_pack_a1(a, k, tile, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 32);
+}
+static size_t a1_size_q4_0(int64_t k) { return ft_qg_a1_tile_bytes(32, 32, k); }
+static size_t a1_size_q6_K(int64_t k) { return ft_qg_a1_tile_bytes(16, FT_QK_K, k); }
 
 #define SIZES(name, G, ABLK, MINS)                                                    \
     static size_t name##_w(int64_t k) { return ft_qg_w_tile_bytes(TR, G, MINS, k); } \
@@ -502,7 +520,9 @@ SIZES(size_k16_offset, 16, 256, 0)
 #define ENTRY_RW(T, t, ACT, SZ, PW, PA, KER)                                                                \
     static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER), .rw_tile_size = rw_size_##t, \
                                           .repack_w = repack_w_##t, .kernel_rw = kernel_rw_##t,              \
-                                          .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t};
+                                          .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t,                  \
+                                          .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t,                \
+                                          .kernel_rw1 = kernel_rw1_##t};
 ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)

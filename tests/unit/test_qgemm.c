@@ -192,6 +192,29 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
             free(from_rw);
             free(from_rows);
         }
+        /* kernel_rw1 on pack_a1's one-token tile: kernel_rw's floats for that
+         * token, exactly, and nothing written past n_rows */
+        if (g->kernel_rw1) {
+            CHECK(g->a1_tile_size(k) <= g->a_tile_size(k));
+            struct buf a1 = buf_new(g->a1_tile_size(k));
+            float o1[64];
+            CHECK(g->tile_rows + 1 <= (int)FT_ARRAY_LEN(o1));
+            for (int i = 0; i < n_tok; i++) {
+                g->pack_a1(a + (size_t)i * a_row, k, a1.p);
+                for (int r0 = 0; r0 + g->tile_rows <= rows; r0 += g->tile_rows) {
+                    g->repack_w(w + (size_t)r0 * w_row, w_row, k, tile);
+                    for (int nr = g->tile_rows; nr >= g->tile_rows - 3; nr -= 3) {
+                        for (size_t j = 0; j < FT_ARRAY_LEN(o1); j++)
+                            o1[j] = marker;
+                        g->kernel_rw1(tile, a1.p, k, nr, o1);
+                        CHECKF(memcmp(o1, out + i * ld + r0, (size_t)nr * sizeof(float)) == 0 && o1[nr] == marker,
+                               "%s kernel_rw1 %s k=%lld token %d rows %d+%d: not kernel_rw's floats",
+                               ft_isa_name(isa), ref->name, (long long)k, i, r0, nr);
+                    }
+                }
+            }
+            free(a1.base);
+        }
         free(tile);
         free(back);
         float *out_packed = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
@@ -295,6 +318,8 @@ static void check_level(enum ft_isa isa) {
             n_rw++;
         CHECK((g->repack_w != NULL) == (g->kernel_rw != NULL) && (g->repack_w != NULL) == (g->rw_tile_size != NULL) &&
               (g->repack_w != NULL) == (g->rw_row != NULL));
+        CHECK((g->kernel_rw1 != NULL) == (g->pack_a1 != NULL) && (g->kernel_rw1 != NULL) == (g->a1_tile_size != NULL) &&
+              (!g->kernel_rw1 || g->kernel_rw));
     }
     printf("level %-13s %d GEMM types (%d repacked at load); max |diff| / sum|x*y|:", ft_isa_name(isa), n_gemm, n_rw);
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++)
