@@ -156,10 +156,9 @@ static double time_passes(const struct ft_type_info *ti, const uint8_t *w, size_
 static int in_list(const char *list, const char *name);
 
 /* The repacked kernel over the rows x k weights w (rows wr bytes apart) at
- * 1, 4 and 8 tokens of the activation tile at: GMAC/s, printed on the
- * current line. out holds rows x 8 floats. */
-/* The repacked kernel at 1, 4 and 8 tokens, and kernel_rw1 (one token on
- * the one-token tile of activation row a) where the level has it. */
+ * 1, 4 and 8 tokens of the activation tile at, and kernel_rw1 (one token
+ * on the one-token tile of activation row a) where the level has it:
+ * GMAC/s, printed on the current line. out holds rows x 8 floats. */
 static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, int rows, int64_t k, const uint8_t *at,
                      const uint8_t *a, float *out, double seconds) {
     const size_t rs = g->rw_tile_size(k);

@@ -486,21 +486,21 @@ static void unpack_rw_q6_K(const void *rw, int64_t k, void *tile) {
         ft_qg_pack_a(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF);                   \
     }
 PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 0) /* kernel_q8_0 reads no X */
-PACK_A(pack_a_q4_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 8)
 PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 16)
 PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, FT_QG_X_S, 0)
 PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, FT_QG_X_SUM, 0)
 PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 4)
-PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 32)
-static void pack_a1_q4_0(const void *a, int64_t k, void *tile) {
-    ft_qg_pack_a1(a, k, tile, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 8);
-}
-static void pack_a1_q6_K(const void *a, int64_t k, void *tile) {
-    ft_qg_pack_a1(a, k, tile, FT_TYPE_Q8_K, 16, FT_QG_X_OFFSET, 32);
-}
-static size_t a1_size_q4_0(int64_t k) { return ft_qg_a1_tile_bytes(32, 32, k); }
-static size_t a1_size_q6_K(int64_t k) { return ft_qg_a1_tile_bytes(16, FT_QK_K, k); }
+/* A repacked type t's pack_a and its one-token pack_a1 (with that tile's
+ * size), from one list of parameters, so the two tiles cannot disagree. */
+#define PACK_A_RW(t, ACT, ABLK, G, XMODE, OFF)                              \
+    PACK_A(pack_a_##t, ACT, G, XMODE, OFF)                                  \
+    static void pack_a1_##t(const void *a, int64_t k, void *tile) {         \
+        ft_qg_pack_a1(a, k, tile, ACT, G, XMODE, OFF);                      \
+    }                                                                       \
+    static size_t a1_size_##t(int64_t k) { return ft_qg_a1_tile_bytes(G, ABLK, k); }
+PACK_A_RW(q4_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 8)
+PACK_A_RW(q6_K, FT_TYPE_Q8_K, FT_QK_K, 16, FT_QG_X_OFFSET, 32)
 
 #define SIZES(name, G, ABLK, MINS)                                                    \
     static size_t name##_w(int64_t k) { return ft_qg_w_tile_bytes(TR, G, MINS, k); } \
