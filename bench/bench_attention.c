@@ -1,5 +1,5 @@
 /* ft-bench-attention: one decode step's attention of one layer
- * (engine/attention.c: ft_attention_run, the call the forward pass makes)
+ * (engine/model/attention.c: ft_attention_run, the call the forward pass makes)
  * against context length, with split-KV off and automatic.
  *
  * A decode step has one query row; with few KV heads there are fewer
@@ -11,8 +11,8 @@
  * test: it asserts nothing. Usage:
  *   ft-bench-attention [-t 2] [--heads 4] [--kv-heads 1] [--dim 256] [--runs 200] [--window 0]
  */
-#include "engine/attention.h"
-#include "engine/model_internal.h"
+#include "engine/model/attention.h"
+#include "engine/model/model_internal.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/ops.h"

@@ -1,6 +1,6 @@
 /* ft-bench-float-gemm: the float-weight GEMM of each kernel level against
  * oneDNN's matmul, per shape and batch size -- the numbers behind the path
- * choice in engine/gemm_float.c and engine/onednn_matmul.c (README "Float
+ * choice in engine/model/gemm_float.c and engine/model/onednn_matmul.c (README "Float
  * weights, attention and row ops").
  *
  * One thread; GFLOP/s (2 m k n / time) from the thread's CPU time, best of
@@ -47,7 +47,7 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-/* Our GEMM: pack A then the product, as engine/gemm_float.c runs it. */
+/* Our GEMM: pack A then the product, as engine/model/gemm_float.c runs it. */
 static double own_gflops(enum ft_type wt, int64_t m, int64_t k, int64_t n) {
     const struct ft_float_kernels *fk = ft_float_kernels();
     const size_t w_row = ft_row_size(wt, k);

@@ -1,5 +1,5 @@
 /* ft quantize: write a GGUF model in another quantization format, with the
- * per-tensor types llama-quantize would choose (engine/quantize_plan.c). */
+ * per-tensor types llama-quantize would choose (engine/eval/quantize_plan.c). */
 #include "args.h"
 #include "cli.h"
 #include "ft/common.h"

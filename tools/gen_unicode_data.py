@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generate engine/unicode_data.c: the Unicode tables the tokenizers need.
+"""Generate engine/text/unicode_data.c: the Unicode tables the tokenizers need.
 
-    python3 tools/gen_unicode_data.py > engine/unicode_data.c
+    python3 tools/gen_unicode_data.py > engine/text/unicode_data.c
 
 Tables (all compact, searched with a binary search at run time):
   - category ranges: for every run of code points with the same flags, the
@@ -14,7 +14,7 @@ Tables (all compact, searched with a binary search at run time):
 
 The data come from Python's unicodedata, so the Unicode version is the one
 this Python ships (printed into the file). The flag values must match
-engine/tokenizer_internal.h. White_Space is the PropList.txt property, which
+engine/text/tokenizer_internal.h. White_Space is the PropList.txt property, which
 is also what the reference tokenizer (llama.cpp) uses for \\s.
 """
 import sys

@@ -12,7 +12,7 @@
  * `tools` and everything else is undefined.
  *
  * Differences from Jinja that a template can observe are documented in
- * engine/jinja_eval.c (undefined values are lenient under `.`/`[]`, upper/lower
+ * engine/text/jinja_eval.c (undefined values are lenient under `.`/`[]`, upper/lower
  * map ASCII only, integers are 64-bit).
  *
  * Hostile input: templates come from model files and messages from the

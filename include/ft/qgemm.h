@@ -58,7 +58,7 @@ struct ft_qgemm {
      * (n_rows <= tile_rows, n_tok <= tile_tokens); nothing else is written. */
     void (*kernel)(const void *w_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out,
                    int64_t ld);
-    /* Optional (NULL: none, else all four): weights repacked once at load (engine/repack.c)
+    /* Optional (NULL: none, else all four): weights repacked once at load (engine/model/repack.c)
      * into tiles of tile_rows rows that kernel_rw reads as they are, for any
      * batch from one token up: no pack_w per product. repack_w takes exactly
      * tile_rows rows, w_row bytes apart; a repacked tile is rw_tile_size(k)

@@ -7,7 +7,7 @@
  * So a task may depend on ith (rows, per-share scratch) but not on which
  * thread runs it: for the NUMA node, ask ft_threadpool_current_node().
  *
- * Threads are placed by hwloc (engine/placement.h): one per physical core by
+ * Threads are placed by hwloc (engine/runtime/placement.h): one per physical core by
  * default, each pinned to its core, the caller too (from its first run()
  * on, and it stays pinned). Under a NUMA mode each thread knows its node,
  * so a task can read the copy of the weights local to it (replicate).
@@ -47,7 +47,7 @@ int ft_threadpool_node_of(const struct ft_threadpool *p, int ith);
  * node of the worker running it (ft_weight_data() uses this to pick the
  * local weight copy). -1 on a thread no pool has placed. */
 int ft_threadpool_current_node(void);
-/* The plan the pool applied (engine/placement.h), for the weight placement. */
+/* The plan the pool applied (engine/runtime/placement.h), for the weight placement. */
 const struct ft_placement *ft_threadpool_placement(const struct ft_threadpool *p);
 /* false when hwloc could not pin some thread (a warning was logged once). */
 bool ft_threadpool_pinned(const struct ft_threadpool *p);

@@ -9,7 +9,7 @@
  * everything else works, which is how the NUMA modes can be tried on a
  * one-node machine.
  *
- * NUMA modes (--numa), see engine/placement.c for the exact rules:
+ * NUMA modes (--numa), see engine/runtime/placement.c for the exact rules:
  *   off         threads on the first cores in topology order; weights stay
  *               in the file mapping (zero-copy), memory goes where the
  *               kernel puts it;

@@ -348,7 +348,7 @@ def test_bench_skips_zero_tests(ft, tiny_model):
 
 
 def test_bench_hw(ft):
-    # the same report as `ft info --hw` (engine/topology.c)
+    # the same report as `ft info --hw` (engine/runtime/topology.c)
     r = ft("bench", "--hw")
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()

@@ -1,6 +1,6 @@
 """Chat templates for models without tokenizer.chat_template: "plain" by
 default (base models), and each family's built-in by `--chat-template NAME`
-(engine/chat_template.c).
+(engine/text/chat_template.c).
 
 The synthetic models in ../shared/models have no template and the Llama
 SentencePiece vocabulary (no <|eot_id|>, so "llama" means Llama 2). Each

@@ -14,7 +14,7 @@
 #include "ft/chat_template.h"
 #include "ft/common.h"
 
-#include "engine/jinja.h"
+#include "engine/text/jinja.h"
 
 #include <stdint.h>
 #include <stdlib.h>

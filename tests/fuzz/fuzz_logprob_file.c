@@ -1,5 +1,5 @@
 /* libFuzzer target for the reader of llama.cpp's log-probability files
- * (engine/perplexity_logits.c), which ft perplexity --kld reads from disk.
+ * (engine/eval/perplexity_logits.c), which ft perplexity --kld reads from disk.
  *
  * Any input: ft_logprob_file_open_buffer() must fail cleanly or accept a
  * file whose every row can then be read (ASan checks every read lies inside

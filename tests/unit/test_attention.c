@@ -1,4 +1,4 @@
-/* engine/attention.c: one layer's attention over a paged F16 cache on a
+/* engine/model/attention.c: one layer's attention over a paged F16 cache on a
  * two-thread pool, for every kernel level this machine runs
  * (ft_cpu_force_isa), with split-KV forced on, forced off and automatic:
  *   - every row and query head against ft_attention_f32acc_ref on levels
@@ -12,8 +12,8 @@
  *     makes chunks longer than 128 keys;
  *   - heads of other rows and columns outside the output are not written
  *     beyond the output buffer (exact-size buffers, ASan). */
-#include "engine/attention.h"
-#include "engine/model_internal.h"
+#include "engine/model/attention.h"
+#include "engine/model/model_internal.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/ops.h"

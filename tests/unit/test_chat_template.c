@@ -10,7 +10,7 @@
 #include "ft/chat_template.h"
 #include "ft/common.h"
 
-#include "engine/jinja.h"
+#include "engine/text/jinja.h"
 #include "ft_test.h"
 
 #include <pthread.h>

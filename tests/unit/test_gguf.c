@@ -17,7 +17,7 @@
  * Set FT_GGUF_WRITE_SEEDS=DIR to write the fuzz seed corpus into DIR.
  */
 #define FT_GGUF_FAULT_INJECTION
-#include "engine/gguf.c"
+#include "engine/gguf/gguf.c"
 
 #include "ft_test.h"
 

@@ -1,4 +1,4 @@
-/* KV block sharing (engine/kv_cache.c): reference counts, attaching
+/* KV block sharing (engine/model/kv_cache.c): reference counts, attaching
  * existing blocks, copy-on-write of a shared partly filled block (the
  * logits stay exactly those of an unshared run), idle cached blocks evicted
  * oldest first only when the free list is empty, and errors that change

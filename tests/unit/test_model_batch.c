@@ -9,7 +9,7 @@
  * pass, and the errors for bad batches (nothing changes on error).
  *
  * A row is computed with the kernels llama.cpp uses for the rows of the
- * row's own sequence in the batch (engine/blocks.c): the single-row dot for
+ * row's own sequence in the batch (engine/model/blocks.c): the single-row dot for
  * one row, repacked weights in groups of 4 rows, attention by one algorithm
  * below 64 rows and another from 64 up. Rows of other sequences never
  * change a row's numbers, so (b) is exact; and splitting a sequence into
@@ -23,7 +23,7 @@
  * differences of a few tenths, as between llama.cpp's own decode and
  * prefill, and TOL_ONE_ROW bounds that (a KV cache fault gives errors of
  * several units). The same holds where the kernel level has a GEMM for a
- * type (engine/matmul.c): batches take it, single rows do not. gemma3 (sliding window 16, a global layer) and llama
+ * type (engine/model/matmul.c): batches take it, single rows do not. gemma3 (sliding window 16, a global layer) and llama
  * (GQA 4:2) are both run, so window masking and KV-head sharing are
  * covered on both paths. */
 #include "ft_test.h"
@@ -266,7 +266,7 @@ static void run(const char *path) {
 
     /* (e) More threads than the machine has cores: threads are preempted,
      * finish their own runs of a product's chunks at different times and
-     * take chunks from each other's runs (engine/matmul.c). Every row must
+     * take chunks from each other's runs (engine/model/matmul.c). Every row must
      * still be computed, once: the logits match the 2-thread ones, for a
      * batch (GEMM) and for one token at a time (vec_dot). */
     {

@@ -17,7 +17,7 @@
  * backend (an AVX-512 build: a local build of that commit reproduces them
  * exactly), and the `_ref` functions compute what it computes, in its
  * order of floating-point operations (simd/quant_ref.c, simd/ops_ref.c,
- * the kernel choice per batch in engine/blocks.c). Measured: every logit
+ * the kernel choice per batch in engine/model/blocks.c). Measured: every logit
  * equal to the JSON's 5 decimals, every greedy token equal, on all 21
  * models. The 0.05/0.25 bounds are therefore wide margins here; what they
  * still catch is a change of numerics (libm, compiler contraction) or a

@@ -15,8 +15,8 @@
  *   - distribute, isolate and replicate all give the --numa off logits. */
 #include "ft_test.h"
 
-#include "engine/model_internal.h"
-#include "engine/placement.h"
+#include "engine/model/model_internal.h"
+#include "engine/runtime/placement.h"
 #include "ft/common.h"
 #include "ft/model.h"
 #include "ft/topology.h"

@@ -10,8 +10,8 @@
  * same modes on a made-up two-node machine. */
 #include "ft_test.h"
 
-#include "engine/model_internal.h"
-#include "engine/placement.h"
+#include "engine/model/model_internal.h"
+#include "engine/runtime/placement.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/model.h"
@@ -71,7 +71,7 @@ static void expect_location(const char *what, const void *p, size_t n, hwloc_con
     hwloc_bitmap_free(got);
 }
 
-/* Second pass: weights repacked at load (engine/repack.c), which only
+/* Second pass: weights repacked at load (engine/model/repack.c), which only
  * copies are; the reference is then a copy too. */
 static bool g_repack;
 

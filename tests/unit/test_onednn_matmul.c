@@ -1,4 +1,4 @@
-/* engine/onednn_matmul.c against the reference f32 matmul
+/* engine/model/onednn_matmul.c against the reference f32 matmul
  * (ft_matmul_rows_ref with the reference F32 vec_dot): slices of weight
  * rows written into a wider output (ldc > n), shapes with odd sizes, the
  * same shape again (a cached primitive), and two threads running slices of
@@ -6,7 +6,7 @@
  * own (OpenMP team) is alive. |got - ref| <= 1e-5 * sum |a_i w_i|.
  * Skips (77) in builds without FT_ONEDNN or on a CPU whose best level is not
  * avx512 (the only level that routes F32 weights to oneDNN). */
-#include "../../engine/model_internal.h"
+#include "../../engine/model/model_internal.h"
 #include "ft/cpu.h"
 #include "ft_test.h"
 

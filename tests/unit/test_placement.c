@@ -1,11 +1,11 @@
-/* The placement plan (engine/placement.c) on synthetic machines we do not
+/* The placement plan (engine/runtime/placement.c) on synthetic machines we do not
  * have: which core (and PU, when a core is shared) each worker gets and
  * which NUMA node(s) each weight buffer is bound to, for every NUMA mode,
  * on a two-node machine with SMT and a four-node machine without. The
  * expected values are written out by hand from the rules in placement.h. */
 #include "ft_test.h"
 
-#include "engine/placement.h"
+#include "engine/runtime/placement.h"
 #include "ft/common.h"
 
 #include <hwloc.h>

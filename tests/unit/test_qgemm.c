@@ -106,7 +106,7 @@ static double g_max_err[FT_ISA_COUNT][FT_TYPE_COUNT];
 
 /* out[t * ld + r] = the GEMM's product of rows x n_tok, tile by tile.
  * repacked: whole tiles go through repack_w and kernel_rw (the weights
- * engine/repack.c repacks at load), the last partial one as usual. */
+ * engine/model/repack.c repacks at load), the last partial one as usual. */
 static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, int rows, const uint8_t *a,
                      size_t a_row, int n_tok, int64_t k, float *out, int64_t ld, bool repacked) {
     struct buf wt = buf_new(g->w_tile_size(k)), at = buf_new(g->a_tile_size(k));

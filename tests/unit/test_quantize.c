@@ -1,4 +1,4 @@
-/* Tests of ft quantize's engine (engine/quantize_plan.c, engine/quantize.c).
+/* Tests of ft quantize's engine (engine/eval/quantize_plan.c, engine/eval/quantize.c).
  * Expected values come from llama.cpp, never from the code under test:
  *   1. type selection against llama.cpp's own snapshot files
  *      (tests/snapshots/NAME.schema in its source tree: the type llama-quantize

@@ -11,7 +11,7 @@
  * run() runs inline; every share knows the node of the thread running it. */
 #include "ft_test.h"
 
-#include "engine/placement.h"
+#include "engine/runtime/placement.h"
 #include "ft/common.h"
 #include "ft/threadpool.h"
 #include "ft/topology.h"

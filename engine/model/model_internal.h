@@ -1,4 +1,4 @@
-/* Internals shared by engine/model.c, engine/blocks.c, engine/kv_cache.c and
+/* Internals shared by engine/model/model.c, engine/model/blocks.c, engine/model/kv_cache.c and
  * the architecture files engine/arch_*.c. Not a public header.
  *
  * Shapes in comments are (rows, row length) = (outputs, inputs) of y = W x,
@@ -25,7 +25,7 @@ struct ft_qgemm;
  * stays bounded (each pass writes its KV before the next one reads it). */
 #define FT_UBATCH 512
 
-/* Per-node copies of all weights (--numa replicate, engine/numa_weights.c):
+/* Per-node copies of all weights (--numa replicate, engine/model/numa_weights.c):
  * node k's copy starts at base[k] (NULL for a node that runs no worker). */
 struct ft_weight_replicas {
     int n_nodes;
@@ -41,7 +41,7 @@ struct ft_weight {
     size_t row_size;  /* bytes per row */
     const struct ft_weight_replicas *rep; /* NULL unless replicated */
     size_t rep_off;   /* offset of this tensor inside every copy */
-    /* Non-NULL: repacked at load (engine/repack.c), data holds rw's tiles
+    /* Non-NULL: repacked at load (engine/model/repack.c), data holds rw's tiles
      * of rw->tile_rows rows in row order, read only by rw->kernel_rw. */
     const struct ft_qgemm *rw;
 };
@@ -116,7 +116,7 @@ struct ft_scratch {
     void *act;        /* activations converted to a vec_dot_type, or packed for the float GEMM:
                          cap + 16 rows of the widest input, 4 bytes per element */
     size_t act_size;
-    void *qg_act;     /* GEMM activation tiles of the widest input (engine/matmul.c) */
+    void *qg_act;     /* GEMM activation tiles of the widest input (engine/model/matmul.c) */
     void *qg_panel;   /* per thread: qg_panel_stride bytes of unpacked weight tiles */
     size_t qg_panel_stride;
     int32_t *row_pos; /* (cap) position of each row */
@@ -133,7 +133,7 @@ struct ft_scratch {
     uint8_t *row_gemv; /* (cap) per matmul: the row goes through vec_dot_gemv */
     char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
     size_t attn_scratch_stride;
-    void *attn_parts;   /* split-KV parts of attention (engine/attention.h) */
+    void *attn_parts;   /* split-KV parts of attention (engine/model/attention.h) */
 };
 
 struct ft_model {
@@ -154,7 +154,7 @@ struct ft_model {
     struct ft_scratch s;
 };
 
-/* KV cache (engine/kv_cache.c). Pools are per layer: n_blocks blocks of
+/* KV cache (engine/model/kv_cache.c). Pools are per layer: n_blocks blocks of
  * FT_KV_BLOCK_TOKENS rows, a row holding one token's K (n_head_kv * hd_k
  * fp16) or V. A sequence's block table maps position p to block
  * blocks[p / FT_KV_BLOCK_TOKENS], row p % FT_KV_BLOCK_TOKENS. */
@@ -225,7 +225,7 @@ struct ft_fwd {
     struct ft_scratch *s;
 };
 
-/* ---- shared blocks (engine/blocks.c) ---- */
+/* ---- shared blocks (engine/model/blocks.c) ---- */
 
 bool ft_layer_is_swa(const struct ft_hparams *hp, int il);
 /* RoPE parameters of layer il (per-layer base for sliding-window layers). */
@@ -237,7 +237,7 @@ void ft_blk_embed(struct ft_fwd *f, float scale);
 void ft_blk_rmsnorm(struct ft_fwd *f, float *y, const float *x, const struct ft_weight *w);
 /* RMS norm of every head of every row in place (rows of n_head heads of w->cols). */
 void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct ft_weight *w);
-/* ---- matmul dispatch (engine/matmul.c) ---- */
+/* ---- matmul dispatch (engine/model/matmul.c) ---- */
 
 /* One product of a call to ft_matmul(): out (n_rows, w->rows) = in W^T + bias. */
 struct ft_mm {
@@ -259,13 +259,13 @@ void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, cons
 void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
                      const float *in);
 /* Float weights (F32/F16/BF16) in a batch of several rows go through the
- * level's GEMM (engine/gemm_float.c): whether w does, and the call, with
+ * level's GEMM (engine/model/gemm_float.c): whether w does, and the call, with
  * n weights sharing the input (outs[i] (n_rows, ws[i]->rows) = in
  * ws[i]^T + bs[i]; bs may be NULL, and so may bs[i]->data). */
 bool ft_gemm_float_applies(const struct ft_fwd *f, const struct ft_weight *w);
 void ft_gemm_float(struct ft_fwd *f, const float *in, int n, float *const *outs, const struct ft_weight *const *ws,
                    const struct ft_weight *const *bs);
-/* oneDNN for F32 weights on the avx512 level (engine/onednn_matmul.c;
+/* oneDNN for F32 weights on the avx512 level (engine/model/onednn_matmul.c;
  * false / FT_EUNSUPPORTED in builds without FT_ONEDNN): c (m, n), rows ldc
  * apart, = a (m, k) W^T for n weight rows of k floats. Called from pool
  * threads, each on its own slice. */
@@ -288,11 +288,11 @@ void ft_blk_kv_store(struct ft_fwd *f, int il);
 void ft_blk_rows_init(struct ft_fwd *f);
 /* Keep only the rows that want logits in x and q (and their positions). */
 void ft_blk_keep_out_rows(struct ft_fwd *f);
-/* Rows of a block of the attention kernel (engine/attention.c). */
+/* Rows of a block of the attention kernel (engine/model/attention.c). */
 #define FT_ATTN_MAX_ROWS 8
 int ft_attn_rows_per_block(const struct ft_hparams *hp);
 /* att = attention of q over the cache of layer il; window > 0 limits it
- * to the last `window` positions (sliding-window layers). engine/attention.c */
+ * to the last `window` positions (sliding-window layers). engine/model/attention.c */
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
 /* x += y over n_rows rows of width. */
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
@@ -302,7 +302,7 @@ void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, flo
 /* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */
 void ft_blk_output(struct ft_fwd *f);
 
-/* ---- weight placement under a NUMA mode (engine/numa_weights.c) ---- */
+/* ---- weight placement under a NUMA mode (engine/model/numa_weights.c) ---- */
 
 /* Copy every bound weight into memory placed as the pool's plan says
  * (distribute: interleaved over the nodes; isolate: bound to the node;
@@ -313,12 +313,12 @@ void ft_blk_output(struct ft_fwd *f);
  * belong to m->numa_weights. */
 int ft_numa_weights_place(struct ft_model *m, bool copy_when_off);
 /* After ft_numa_weights_place copied the weights: repack, in every copy,
- * the matmul weights whose type the kernel level repacks (engine/repack.c).
+ * the matmul weights whose type the kernel level repacks (engine/model/repack.c).
  * FT_REPACK=0 in the environment turns it off (for comparisons). */
 int ft_weights_repack(struct ft_model *m);
 void ft_numa_weights_free(struct ft_numa_weights *nw); /* accepts NULL */
 
-/* ---- tensor binding (engine/model.c), used by the arch files ---- */
+/* ---- tensor binding (engine/model/model.c), used by the arch files ---- */
 
 /* Bind `name` (printf-style with the layer index) expecting shape
  * (rows, cols) (rows 0: a vector of cols). Missing and not optional, or a

@@ -1,4 +1,4 @@
-/* Compute thread pool on hwloc: workers pinned where engine/placement.c
+/* Compute thread pool on hwloc: workers pinned where engine/runtime/placement.c
  * says, the caller is thread 0.
  *
  * A forward pass issues hundreds of small tasks per decoded token, so what

@@ -1,4 +1,4 @@
-/* Shared between engine/perplexity_eval.c and engine/perplexity_logits.c. */
+/* Shared between engine/eval/perplexity_eval.c and engine/eval/perplexity_logits.c. */
 #ifndef FT_PERPLEXITY_INTERNAL_H
 #define FT_PERPLEXITY_INTERNAL_H
 

@@ -6,7 +6,7 @@
  * and loads the tokenizer. Weights are not copied: every ft_weight points
  * into the mapping, which lives as long as the model; except under a NUMA
  * mode (--numa), where they point into copies placed on the right nodes
- * (engine/numa_weights.c), which also live as long as the model.
+ * (engine/model/numa_weights.c), which also live as long as the model.
  *
  * ft_model_forward() validates a batch, reserves its KV blocks, and runs the
  * architecture's forward pass over internal batches of at most FT_UBATCH

@@ -23,14 +23,14 @@
  *            activation tile, in blocks of tokens so the panel and the
  *            token block share L2.
  *
- *   repacked weights repacked at load (engine/repack.c) take their tiles'
+ *   repacked weights repacked at load (engine/model/repack.c) take their tiles'
  *            kernel for every batch, one token too: activations are
  *            packed into tiles as for the GEMM, and each thread takes
  *            chunks of weight tiles straight from the weights (no
  *            unpacking), in blocks of tokens as the GEMM does.
  *
  * Float weights (F32/F16/BF16) in batches take the float GEMM of
- * engine/gemm_float.c instead.
+ * engine/model/gemm_float.c instead.
  *
  * Several products of the same input (Q, K, V; gate, up) go through one
  * call, so they share the activation conversion and the thread-pool round
@@ -415,7 +415,7 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
     ft_threadpool_run(f->m->pool, g ? gemm_run : vec_dot_run, &t);
 }
 
-/* Float weights through engine/gemm_float.c, all of mm[0, n) in one task
+/* Float weights through engine/model/gemm_float.c, all of mm[0, n) in one task
  * when they all go there with one type. True when it did them (nothing
  * is done otherwise). */
 static bool matmul_float(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm) {

@@ -1,6 +1,6 @@
 /* One layer's attention over a block-paged F16 KV cache, threaded over
  * (rows, KV head) work items and, when those are fewer than the threads
- * can use, over chunks of the keys (split-KV). engine/attention.c; the
+ * can use, over chunks of the keys (split-KV). engine/model/attention.c; the
  * forward pass reaches it through ft_blk_attention (model_internal.h), the
  * unit test and bench/bench_attention.c through ft_attention_run with
  * explicit inputs. Not a public header. */

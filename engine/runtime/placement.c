@@ -2,9 +2,9 @@
  * NUMA node each weight buffer is bound to, for every NUMA mode.
  *
  * A pure function of the topology and the parameters (rules in
- * engine/placement.h), so tests/unit/test_placement.c can check it on
+ * engine/runtime/placement.h), so tests/unit/test_placement.c can check it on
  * synthetic two- and four-node machines. Applying it is someone else's job:
- * engine/threadpool.c binds the threads, engine/numa_weights.c the memory.
+ * engine/runtime/threadpool.c binds the threads, engine/model/numa_weights.c the memory.
  *
  * Why these rules: one worker per physical core is the default because
  * decode is memory-bound and prefill is limited by the vector units of a

@@ -1,6 +1,6 @@
 /* Prefill matmuls of float weights (F32, F16, BF16) through the level's
  * GEMM (include/ft/ops.h: ft_float_kernels.gemm*), hooked into the matmul
- * dispatch of engine/blocks.c.
+ * dispatch of engine/model/blocks.c.
  *
  * Why a separate path: the row-by-row vec_dot loop re-reads and re-widens
  * every weight row once per token, which leaves a 512-token prefill at a
@@ -15,7 +15,7 @@
  * write the same cache line of an output row) and adds the biases to them.
  *
  * F32 weights on the avx512 level go to oneDNN instead (in the same task,
- * on the same slices; engine/onednn_matmul.c says why), which reads A
+ * on the same slices; engine/model/onednn_matmul.c says why), which reads A
  * unpacked. Measured choice: README "Float matmuls". */
 #include "model_internal.h"
 

@@ -1,7 +1,7 @@
 /* Values of the Jinja-subset interpreter: the arena they live in, the bounded
  * output buffer, containers, and the Python semantics that templates observe
  * through them — truthiness, ==, ordering, str(), repr() and HF's tojson.
- * See engine/jinja.h for the memory model. */
+ * See engine/text/jinja.h for the memory model. */
 #include "jinja.h"
 
 #include "ft/common.h"

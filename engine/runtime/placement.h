@@ -1,7 +1,7 @@
 /* Where threads run and where weight memory lives: the hwloc topology of
- * the process (engine/topology.c) and the placement plan computed from it
- * (engine/placement.c). Engine-internal: the thread pool, the weight
- * placement (engine/numa_weights.c) and tests use it.
+ * the process (engine/runtime/topology.c) and the placement plan computed from it
+ * (engine/runtime/placement.c). Engine-internal: the thread pool, the weight
+ * placement (engine/model/numa_weights.c) and tests use it.
  *
  * The plan is a pure function of a topology and the parameters, so the
  * NUMA logic is tested on synthetic topologies of machines we do not have.

@@ -1,6 +1,6 @@
 /* Shared transformer blocks the architecture files compose: embedding,
  * RMS norm, RoPE, KV store, gated MLP, the output head (attention is
- * engine/attention.c).
+ * engine/model/attention.c).
  *
  * Matmul follows ggml so results agree with llama.cpp's: weights stay in
  * their GGUF type; each activation row is converted once to the weight
@@ -9,7 +9,7 @@
  * vec_dot -- or vec_dot_gemv where llama.cpp would run its single-row
  * kernel, which adds in another order -- or, on kernel levels that have
  * one, a quantized or float GEMM for batches. The projections are
- * engine/matmul.c.
+ * engine/model/matmul.c.
  *
  * Those kernel choices, and the attention algorithm, depend in llama.cpp on
  * how many rows a batch has; here on how many rows of the row's own
@@ -122,7 +122,7 @@ static void embed_rows(const void *ctx, struct ft_fwd *f, int64_t i0, int64_t i1
     const struct embed_ctx *c = ctx;
     const struct ft_weight *e = &f->m->tok_embd;
     const ft_to_float_fn to_float = ft_type_traits(e->type)->to_float;
-    /* repacked (it is also the output head, engine/repack.c): rebuild the row */
+    /* repacked (it is also the output head, engine/model/repack.c): rebuild the row */
     _Alignas(64) char row[FT_RW_EMBED_ROW_MAX];
     for (int64_t i = i0; i < i1; i++) {
         float *x = f->s->x + i * e->cols;

@@ -1,5 +1,5 @@
 /* Weight memory under a NUMA mode: copies of every weight, placed as the
- * pool's plan says (engine/placement.h), that the model's ft_weights then
+ * pool's plan says (engine/runtime/placement.h), that the model's ft_weights then
  * point into.
  *
  * Why copy instead of binding the file mapping in place: the pages of a
@@ -27,7 +27,7 @@
  * The copy runs on the pool: under replicate, the workers of each node fill
  * that node's copy. */
 #include "model_internal.h"
-#include "placement.h"
+#include "engine/runtime/placement.h"
 
 #include <stddef.h>
 #include <stdio.h>

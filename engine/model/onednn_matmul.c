@@ -1,5 +1,5 @@
 /* oneDNN matmul for F32 weights in prefill (FT_ONEDNN builds), called by
- * the float GEMM path (engine/gemm_float.c) on each pool thread's slice of
+ * the float GEMM path (engine/model/gemm_float.c) on each pool thread's slice of
  * weight rows.
  *
  * Measured against our own kernels (README "Float matmuls"): oneDNN 2.6.3,

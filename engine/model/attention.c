@@ -1,4 +1,4 @@
-/* Attention of one layer over the KV cache (engine/attention.h), threaded.
+/* Attention of one layer over the KV cache (engine/model/attention.h), threaded.
  *
  * Work items are (block of up to rows_per_block consecutive rows, KV head),
  * handed out through an atomic counter latest rows first (they have the
