@@ -7,7 +7,7 @@
 #   simd/x86/*.c    x86-64 only; each file carries its own -m flags and is
 #                   called only after CPUID says the machine has them.
 #   simd/arm/*.c    aarch64 only; likewise with -march=...+dotprod (and
-#                   +i8mm for qgemm_neon_i8mm.c alone).
+#                   +i8mm for neon_i8mm_qgemm.c alone).
 #
 # Every kernel file is built with -ffp-contract=off: the dequantizers must
 # reproduce the reference's separately rounded multiply and add bit for bit,
@@ -32,10 +32,10 @@ function(ft_simd_sources out_sources out_defs)
   file(GLOB srcs CONFIGURE_DEPENDS ${root}/simd/*.c)
   set(defs "")
   if(FT_SIMD_ARCH STREQUAL "x86_64" AND CMAKE_SIZEOF_VOID_P EQUAL 8)
-    set(avx2 ${root}/simd/x86/avx2.c ${root}/simd/x86/avx2_gemm.c ${root}/simd/x86/avx2_attn.c
-             ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/qgemm_avx2.c)
-    set(avx512 ${root}/simd/x86/avx512.c ${root}/simd/x86/avx512_gemm.c ${root}/simd/x86/avx512_attn.c
-               ${root}/simd/x86/avx512_ops.c ${root}/simd/x86/qgemm_avx512.c)
+    set(avx2 ${root}/simd/x86/avx2_quant.c ${root}/simd/x86/avx2_float_gemm.c ${root}/simd/x86/avx2_attn.c
+             ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/avx2_qgemm.c)
+    set(avx512 ${root}/simd/x86/avx512_quant.c ${root}/simd/x86/avx512_float_gemm.c ${root}/simd/x86/avx512_attn.c
+               ${root}/simd/x86/avx512_ops.c ${root}/simd/x86/avx512_qgemm.c)
     set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS
       "-mavx2;-mfma;-mf16c;-ffp-contract=off")
     # AVX512_BF16 is not a file-wide flag: the one BF16 dot that uses
@@ -46,9 +46,9 @@ function(ft_simd_sources out_sources out_defs)
     list(APPEND srcs ${avx2} ${avx512})
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
-    set(neon ${root}/simd/arm/neon.c)
-    set(neon_dot ${root}/simd/arm/neon_dotprod.c ${root}/simd/arm/qgemm_neon_dotprod.c)
-    set(neon_i8mm ${root}/simd/arm/qgemm_neon_i8mm.c)
+    set(neon ${root}/simd/arm/neon_quant.c)
+    set(neon_dot ${root}/simd/arm/neon_dotprod_quant.c ${root}/simd/arm/neon_dotprod_qgemm.c)
+    set(neon_i8mm ${root}/simd/arm/neon_i8mm_qgemm.c)
     set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS
       "-march=armv8-a;-ffp-contract=off")
     set_source_files_properties(${neon_dot} PROPERTIES COMPILE_OPTIONS

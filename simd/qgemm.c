@@ -1,6 +1,6 @@
 /* The quantized GEMM table (include/ft/qgemm.h): per kernel level, the
  * GEMM of each weight type that level has one for, filled once from the
- * level's GEMM file (simd/x86/qgemm_*.c, simd/arm/qgemm_neon_*.c).
+ * level's GEMM file (simd/x86/ISA_qgemm.c, simd/arm/neon_ISA_qgemm.c).
  * Levels without one (scalar, plain neon) leave every entry NULL, and the
  * engine multiplies with vec_dot row by row: the scalar level is the
  * reference, and ARMv8.0 has no int8 dot instruction to tile.

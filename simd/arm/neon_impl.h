@@ -1,5 +1,5 @@
-/* NEON kernels for aarch64, included by simd/arm/neon.c (ARMv8.0 ASIMD,
- * the "neon" level) and simd/arm/neon_dotprod.c (ARMv8.2 + dotprod, the
+/* NEON kernels for aarch64, included by simd/arm/neon_quant.c (ARMv8.0 ASIMD,
+ * the "neon" level) and simd/arm/neon_dotprod_quant.c (ARMv8.2 + dotprod, the
  * "neon-dotprod" level). The two files differ only in how 16 int8 products
  * are summed into 4 int32 lanes: sdot (vdotq_s32) with dotprod, smull +
  * sadalp without. The including file defines FT_NEON_DOT (0/1) and

@@ -1,4 +1,4 @@
-/* Helpers shared by the AVX2 float-op files (avx2_gemm.c, avx2_attn.c,
+/* Helpers shared by the AVX2 float-op files (avx2_float_gemm.c, avx2_attn.c,
  * avx2_ops.c): partial loads, an 8x8 transpose, exp, horizontal sum/max.
  * Include only from files compiled with the avx2 flags of
  * cmake/FtSimd.cmake (-mavx2 -mfma -mf16c). */

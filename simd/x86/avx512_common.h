@@ -1,4 +1,4 @@
-/* Helpers shared by the AVX-512 float-op files (avx512_gemm.c,
+/* Helpers shared by the AVX-512 float-op files (avx512_float_gemm.c,
  * avx512_attn.c, avx512_ops.c): lane masks, a 16x16 transpose, exp.
  * Include only from files compiled with the avx512 flags of
  * cmake/FtSimd.cmake. */

@@ -31,6 +31,7 @@ for tool in aarch64-linux-gnu-gcc qemu-aarch64 cmake; do
   fi
 done
 
+mkdir -p "$(dirname "$BUILD")"   # the configure log sits beside the build directory
 GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 if ! cmake -S tests/arm -B "$BUILD" "${GEN[@]}" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" \

@@ -10,7 +10,7 @@
  * loaded, with no shuffles in the inner loop.
  *
  * Micro-kernel: 8 weight rows x 4 tokens, run twice per activation tile of
- * 8 tokens, as in qgemm_neon_dotprod.c. Per 8 elements it loads 4 weight
+ * 8 tokens, as in neon_dotprod_qgemm.c. Per 8 elements it loads 4 weight
  * vectors (row pairs) and 2 activation vectors (token pairs) and issues 8
  * smmla, where the dotprod kernel issues 16 sdot. The sub-block scales,
  * mins and offsets are applied per 2x2 block with vectors that repeat each

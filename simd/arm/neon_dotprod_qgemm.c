@@ -16,7 +16,7 @@
  * scale (S * D): 32 registers hold the 8 int32 and 8 float accumulators,
  * not a third set of partial sums.
  *
- * CPUs with i8mm use qgemm_neon_i8mm.c instead (smmla on tiles of group
+ * CPUs with i8mm use neon_i8mm_qgemm.c instead (smmla on tiles of group
  * width 8), which gives the same floats.
  */
 #include "simd/qgemm_pack.h"

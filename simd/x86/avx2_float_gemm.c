@@ -1,6 +1,6 @@
 /* AVX2 GEMM for float weights (F32, F16, BF16): the "avx2" level's
  * ft_float_kernels.gemm (include/ft/ops.h). Same scheme and numerics as
- * avx512_gemm.c (see there), sized for 16 ymm registers:
+ * avx512_float_gemm.c (see there), sized for 16 ymm registers:
  *   - A packed in panels of MR = 6 rows, [k][6] floats, rounded to the
  *     weight type's vec_dot_type;
  *   - W packed per (16-row panel, KC-deep slice) into [KC][16] f32 with
@@ -24,7 +24,7 @@
 #define NR 16
 #define KC 256
 #define CHUNK_PANELS 86
-/* Up to this many rows of A: gemm_small, as on AVX-512 (avx512_gemm.c),
+/* Up to this many rows of A: gemm_small, as on AVX-512 (avx512_float_gemm.c),
  * with 2-row tiles (2 x 5 accumulators + 2 weights + 1 row of A in 16 ymm). */
 #define SMALL_M 5
 

@@ -21,7 +21,7 @@
  * vdpbf16ps kernel on k-pairs (packed [k/2][12] pairs of A, [k/2][32]
  * pairs of W) exists for CPUs where it is faster, but on the test machine
  * it ran at half the FMA path's speed (see ft_simd_fill_avx512_gemm). It
- * treats subnormal bf16 as zero, like the vec_dot_bf16_dp of avx512.c.
+ * treats subnormal bf16 as zero, like the vec_dot_bf16_dp of avx512_quant.c.
  *
  * Threads split n in multiples of 32 (ft_float_kernels.gemm_nr): each
  * weight is read by one thread, and the packed A is shared read-only. */
