@@ -12,7 +12,7 @@
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
-               *numa = NULL;
+               *numa = NULL, *metrics_compat = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
@@ -38,7 +38,10 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--no-prefix-cache", FT_OPT_FLAG, &no_prefix_cache, NULL, "never reuse the KV of earlier prompts"},
         {NULL, "--enable-performance-metrics", FT_OPT_FLAG, &metrics, NULL,
          "add the per-request \"metrics\" object to every response"},
-        {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)"},
+        {NULL, "--metrics-compat", FT_OPT_STR, &metrics_compat, "NAME",
+         "GET /metrics also under another engine's names: vllm (vllm:num_requests_waiting, ...)"},
+        {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY",
+         "require 'Authorization: Bearer KEY' (all but /health and /livez)"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
         {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE|NAME",
          "Jinja chat template file, or a built-in template (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
@@ -53,7 +56,8 @@ int ft_cmd_serve(int argc, char **argv) {
     const struct ft_cmd_spec spec = {
         "serve", "ft serve [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-t N] [-c CTX] [options]",
         "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions,\n"
-        "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+        "POST /v1/completions, GET /v1/models, GET /health (readiness), GET /livez (liveness),\n"
+        "GET /metrics (Prometheus).\n"
         "With --enable-performance-metrics (or \"performance_metrics\": true in a request) each\n"
         "response carries engine-measured TTFT, prefill and decode speed. One access-log line per\n"
         "request goes to stdout; SIGINT or SIGTERM stops the server.",
@@ -103,6 +107,10 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --log-format must be text or json (got '%s')\n", log_format);
         return 2;
     }
+    if (metrics_compat && strcmp(metrics_compat, "vllm") != 0) {
+        fprintf(stderr, "ft serve: --metrics-compat must be vllm (got '%s')\n", metrics_compat);
+        return 2;
+    }
     if (api_key && !*api_key) {
         fprintf(stderr, "ft serve: --api-key must not be empty\n");
         return 2;
@@ -125,6 +133,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .cache_mib = cache_mib,
         .no_prefix_cache = no_prefix_cache,
         .metrics_default = metrics,
+        .metrics_vllm_names = metrics_compat != NULL,
         .api_key = api_key,
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,

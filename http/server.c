@@ -344,7 +344,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
         error = NULL;
     }
     if (er->finish != FT_FINISH_ERROR)
-        ft_prom_observe(s->prom, &er->timing, m);
+        ft_prom_observe(s->prom, r->endpoint, &er->timing, m);
     const char *finish = er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH
                              ? ft_resp_finish_reason(er->finish)
                              : ft_finish_reason_name(er->finish);
@@ -485,6 +485,12 @@ static void handle_health(struct srv *s, struct ft_conn *c, const struct ft_http
                st == STATE_READY ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}");
 }
 
+/* Liveness: the event loop answers, whether or not the model is loaded yet
+ * (GET /health is readiness). */
+static void handle_live(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
+    reply_json(s, c, req, endpoint, 200, "{\"status\":\"alive\"}");
+}
+
 static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
     struct ft_scheduler_stats st;
     const bool ready = atomic_load(&s->state) == STATE_READY;
@@ -504,7 +510,7 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
         evbuffer_free(b);
 }
 
-enum route_kind { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_METRICS };
+enum route_kind { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_LIVE, R_METRICS };
 
 static const struct route {
     const char *path;
@@ -515,6 +521,7 @@ static const struct route {
     {"/v1/completions", FT_HTTP_POST, R_COMPLETIONS},
     {"/v1/models", FT_HTTP_GET, R_MODELS},
     {"/health", FT_HTTP_GET, R_HEALTH},
+    {"/livez", FT_HTTP_GET, R_LIVE},
     {"/metrics", FT_HTTP_GET, R_METRICS},
 };
 
@@ -558,8 +565,8 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     }
     const char *endpoint = path_known ? path : "other";
     char msg[300];
-    /* /health stays open so a load balancer needs no key. */
-    if (!(route && route->kind == R_HEALTH) && !authorized(s, req)) {
+    /* /health and /livez stay open so a load balancer or kubelet needs no key. */
+    if (!(route && (route->kind == R_HEALTH || route->kind == R_LIVE)) && !authorized(s, req)) {
         static const struct ft_http_header_out h[] = {{"WWW-Authenticate", "Bearer"}};
         reply_error_h(s, c, req, endpoint, 401, "missing or incorrect API key: send it as 'Authorization: Bearer KEY'",
                       NULL, "invalid_api_key", h, 1);
@@ -585,6 +592,7 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     case R_COMPLETIONS: handle_generate(s, c, req, body, body_len, route->path, FT_API_COMPLETIONS); break;
     case R_MODELS: handle_models(s, c, req, route->path); break;
     case R_HEALTH: handle_health(s, c, req, route->path); break;
+    case R_LIVE: handle_live(s, c, req, route->path); break;
     case R_METRICS: handle_metrics(s, c, req, route->path); break;
     }
 }
@@ -762,7 +770,7 @@ int ft_server_run(const struct ft_server_config *cfg) {
     };
     const struct ft_conn_handler handler = {on_request, on_refused, on_client_gone, on_conn_closed};
     if (evthread_use_pthreads() != 0 || !(s->base = event_base_new()) ||
-        !(s->pool = ft_conn_pool_new(s->base, &ccfg, &handler, s)) || !(s->prom = ft_prom_new()) ||
+        !(s->pool = ft_conn_pool_new(s->base, &ccfg, &handler, s)) || !(s->prom = ft_prom_new(&(struct ft_prom_config){s->model_id, cfg->metrics_vllm_names})) ||
         !(s->wake_ev = event_new(s->base, -1, 0, on_wake, s)) ||
         !(s->loaded_ev = event_new(s->base, -1, 0, on_loaded, s)) ||
         !(s->drain_ev = evtimer_new(s->base, on_drain_timeout, s)) ||

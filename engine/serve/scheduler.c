@@ -416,4 +416,5 @@ void ft_scheduler_get_stats(struct ft_scheduler *s, struct ft_scheduler_stats *o
     out->waiting = atomic_load(&s->waiting);
     const int32_t total = ft_kv_cache_blocks_total(s->kv);
     out->kv_usage = total > 0 ? (double)atomic_load(&s->kv_used_blocks) / total : 0.0;
+    out->kv_blocks_total = total;
 }

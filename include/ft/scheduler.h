@@ -85,6 +85,7 @@ struct ft_scheduler_stats {
     int32_t running;
     int32_t waiting;
     double kv_usage; /* KV blocks not free (running sequences' and the prefix cache's) / all blocks */
+    int32_t kv_blocks_total; /* blocks of FT_KV_BLOCK_TOKENS tokens in the pool */
 };
 /* Safe from any thread (values are published atomically). */
 void ft_scheduler_get_stats(struct ft_scheduler *s, struct ft_scheduler_stats *out);

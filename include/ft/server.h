@@ -21,6 +21,7 @@ struct ft_server_config {
     int32_t cache_mib;              /* KV memory kept for the prefix cache beyond the running requests' */
     bool no_prefix_cache;
     bool metrics_default;           /* --enable-performance-metrics */
+    bool metrics_vllm_names;        /* --metrics-compat vllm: /metrics adds vLLM's names */
     const char *api_key;            /* NULL: no authentication */
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
@@ -31,7 +32,7 @@ struct ft_server_config {
 };
 
 /* Listen, load the model in the background (GET /health answers 503 until
- * it is ready), serve until SIGINT or SIGTERM, then drain: no new
+ * it is ready; GET /livez answers 200 throughout), serve until SIGINT or SIGTERM, then drain: no new
  * connections, requests in flight finish (cancelled after
  * shutdown_timeout_s, or at a second signal). Returns the process exit
  * status: 0 after a signal, 1 if the model or the socket failed (one error
