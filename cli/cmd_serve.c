@@ -12,7 +12,7 @@
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
-               *numa = NULL, *metrics_compat = NULL;
+               *numa = NULL, *metrics_compat = NULL, *otlp = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
@@ -40,6 +40,8 @@ int ft_cmd_serve(int argc, char **argv) {
          "add the per-request \"metrics\" object to every response"},
         {NULL, "--metrics-compat", FT_OPT_STR, &metrics_compat, "NAME",
          "GET /metrics also under another engine's names: vllm (vllm:num_requests_waiting, ...)"},
+        {NULL, "--otlp-endpoint", FT_OPT_STR, &otlp, "URL",
+         "export one OpenTelemetry span per request over OTLP/HTTP (JSON) to http://HOST[:4318][/v1/traces]"},
         {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY",
          "require 'Authorization: Bearer KEY' (all but /health and /livez)"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
@@ -134,6 +136,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .no_prefix_cache = no_prefix_cache,
         .metrics_default = metrics,
         .metrics_vllm_names = metrics_compat != NULL,
+        .otlp_endpoint = otlp,
         .api_key = api_key,
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,

@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "conn.h"
 #include "errors.h"
+#include "otlp.h"
 #include "prometheus.h"
 #include "request_parse.h"
 #include "responses.h"
@@ -89,6 +90,7 @@ struct srv {
     char model_id[256];
     long long started;
     struct ft_prom *prom;
+    struct ft_otlp *otlp; /* NULL without --otlp-endpoint */
     FILE *log;
     uint64_t rng; /* ids and default seeds */
 
@@ -108,6 +110,7 @@ struct srv_req {
     char id[48];
     char remote[80];
     const char *endpoint; /* route path, static */
+    uint8_t trace_id[16], parent_span_id[8]; /* from traceparent; parent all zero: none */
 
     /* Loop thread only. */
     struct ft_conn *conn;          /* NULL once the client is gone or answered */
@@ -284,6 +287,39 @@ static void send_piece(struct srv_req *r, const char *text) {
     free(chunk);
 }
 
+/* The request's span for the trace exporter (http/otlp.h). */
+static void submit_span(struct srv *s, const struct srv_req *r, int status, const char *finish) {
+    const struct ft_request_metrics *m = &r->er.metrics;
+    struct ft_otlp_span sp = {.operation = r->ctx.endpoint == FT_API_CHAT ? "chat" : "text_completion",
+                              .http_status = status,
+                              .input_tokens = m->prompt_tokens,
+                              .cached_input_tokens = m->cached_prompt_tokens,
+                              .output_tokens = m->completion_tokens,
+                              .max_tokens = r->api.max_tokens,
+                              .temperature = r->api.sampling.temperature,
+                              .top_p = r->api.sampling.top_p,
+                              .stream = r->api.stream,
+                              .queue_s = m->queue_time_ms / 1e3,
+                              .ttft_s = m->ttft_ms / 1e3,
+                              .prefill_s = m->prefill_time_ms / 1e3,
+                              .decode_s = m->decode_time_ms / 1e3,
+                              .e2e_s = m->total_time_ms / 1e3};
+    memcpy(sp.trace_id, r->trace_id, sizeof(sp.trace_id));
+    memcpy(sp.parent_span_id, r->parent_span_id, sizeof(sp.parent_span_id));
+    ft_otlp_new_ids(&sp, false);
+    snprintf(sp.model, sizeof(sp.model), "%s", s->model_id);
+    snprintf(sp.response_id, sizeof(sp.response_id), "%s", r->id);
+    snprintf(sp.finish_reason, sizeof(sp.finish_reason), "%s", status == 499 ? "client_closed" : finish);
+    /* Wall-clock ends from the request's clock stamps. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const uint64_t ticks = ft_clock_ticks();
+    sp.end_unix_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    const double age_ns = ticks > r->er.received ? ft_clock_ticks_to_ns(ticks - r->er.received) : 0;
+    sp.start_unix_ns = sp.end_unix_ns - (uint64_t)age_ns;
+    ft_otlp_submit(s->otlp, &sp);
+}
+
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
     const struct ft_request_metrics *m = &er->metrics;
@@ -348,6 +384,8 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     const char *finish = er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH
                              ? ft_resp_finish_reason(er->finish)
                              : ft_finish_reason_name(er->finish);
+    if (s->otlp)
+        submit_span(s, r, status, finish);
     record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error);
     inflight_remove(s, r);
     srv_req_free(r); /* the scheduler never touches a request after its DONE */
@@ -429,6 +467,12 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     }
     r->srv = s;
     r->endpoint = endpoint;
+    /* Our span joins the caller's trace (W3C Trace Context) or starts one. */
+    if (s->otlp && !ft_traceparent_parse(ft_http_field(req, "traceparent"), r->trace_id, r->parent_span_id)) {
+        struct ft_otlp_span ids;
+        ft_otlp_new_ids(&ids, true);
+        memcpy(r->trace_id, ids.trace_id, sizeof(r->trace_id));
+    }
     r->er.prompt = r->prompt;
     r->er.user = r;
     r->er.params.sampling = r->api.sampling;
@@ -499,6 +543,8 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
     struct evbuffer *b = evbuffer_new();
     if (b) {
         ft_prom_render(s->prom, ready ? &st : NULL, b);
+        if (s->otlp)
+            ft_otlp_render_metrics(s->otlp, b);
         evbuffer_add(b, "", 1);
     }
     const char *text = b ? (const char *)evbuffer_pullup(b, -1) : NULL;
@@ -780,6 +826,16 @@ int ft_server_run(const struct ft_server_config *cfg) {
         fprintf(stderr, "ft serve: cannot set up the event loop\n");
         goto done;
     }
+    if (cfg->otlp_endpoint) {
+        char err[300];
+        const char *service = getenv("OTEL_SERVICE_NAME");
+        if (!(s->otlp = ft_otlp_new(cfg->otlp_endpoint, service && *service ? service : "freetoken", err,
+                                    sizeof(err)))) {
+            fprintf(stderr, "ft serve: %s\n", err);
+            status = 2;
+            goto done;
+        }
+    }
     event_add(s->sig_int, NULL);
     event_add(s->sig_term, NULL);
     if (!(s->listener = listen_on(s, cfg->host, cfg->port))) {
@@ -832,6 +888,7 @@ done:
         event_free(s->loaded_ev);
     if (s->base)
         event_base_free(s->base);
+    ft_otlp_free(s->otlp); /* flushes the last spans */
     ft_prom_free(s->prom);
     pthread_mutex_destroy(&s->lock);
     libevent_global_shutdown();

@@ -22,6 +22,7 @@ struct ft_server_config {
     bool no_prefix_cache;
     bool metrics_default;           /* --enable-performance-metrics */
     bool metrics_vllm_names;        /* --metrics-compat vllm: /metrics adds vLLM's names */
+    const char *otlp_endpoint;      /* --otlp-endpoint: export a span per request there; NULL: none */
     const char *api_key;            /* NULL: no authentication */
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
