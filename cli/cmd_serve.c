@@ -14,7 +14,8 @@ int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
                *numa = NULL, *metrics_compat = NULL, *otlp = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
-        max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1;
+        max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
+        max_conns = 4096;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -52,6 +53,11 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
         {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
          "close connections idle or stalled in a write for S seconds (default 120; never during generation)"},
+        {NULL, "--request-timeout", FT_OPT_INT, &request_timeout, "S",
+         "a request head must arrive within S seconds of its first byte, a body may not stall for S "
+         "(default 10, or --timeout if lower)"},
+        {NULL, "--max-connections", FT_OPT_INT, &max_conns, "N",
+         "client connections open at once; at the limit the longest idle one is closed (default 4096)"},
         {NULL, "--shutdown-timeout", FT_OPT_INT, &shutdown_timeout, "S",
          "on SIGTERM/SIGINT, let requests in flight finish for S seconds, then cancel them (default 30)"},
     };
@@ -101,6 +107,16 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --timeout must be in 1..86400 seconds (got %d)\n", timeout);
         return 2;
     }
+    if (request_timeout == 0)
+        request_timeout = timeout < 10 ? timeout : 10;
+    if (request_timeout < 1 || request_timeout > 86400) {
+        fprintf(stderr, "ft serve: --request-timeout must be in 1..86400 seconds (got %d)\n", request_timeout);
+        return 2;
+    }
+    if (max_conns < 16 || max_conns > 1000000) {
+        fprintf(stderr, "ft serve: --max-connections must be in 16..1000000 (got %d)\n", max_conns);
+        return 2;
+    }
     if (shutdown_timeout < 0 || shutdown_timeout > 86400) {
         fprintf(stderr, "ft serve: --shutdown-timeout must be in 0..86400 seconds (got %d)\n", shutdown_timeout);
         return 2;
@@ -143,6 +159,8 @@ int ft_cmd_serve(int argc, char **argv) {
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
         .timeout_s = timeout,
+        .request_timeout_s = request_timeout,
+        .max_conns = max_conns,
         .shutdown_timeout_s = shutdown_timeout,
     };
     return ft_server_run(&cfg);

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ struct ft_conn {
     struct ft_http_request req; /* valid from C_READ_BODY until the response ends */
     char *body;
     bool got_bytes;   /* the current request has started arriving */
+    uint64_t idle_seq; /* when it last became idle, in pool->idle_clock ticks: the lowest goes first */
     bool close_after; /* no keep-alive after the current response */
     bool chunked;     /* the streamed response uses chunked encoding */
     void *active;     /* the handler's mark for on_gone */
@@ -56,6 +58,8 @@ struct ft_conn_pool {
     struct ft_conn *head;
     int count;
     bool draining;
+    uint64_t idle_clock;
+    unsigned long long evicted;
 };
 
 static void arm_timer(struct ft_conn *c, int seconds) {
@@ -117,13 +121,15 @@ static void process_input(struct ft_conn *c) {
     if (c->state == C_READ_HEAD) {
         const size_t len = evbuffer_get_length(in);
         if (len == 0) {
-            if (!c->got_bytes)
+            if (!c->got_bytes) {
                 arm_timer(c, p->cfg.timeout_s); /* idle keep-alive */
+                c->idle_seq = ++p->idle_clock;
+            }
             return;
         }
         if (!c->got_bytes) {
             c->got_bytes = true;
-            arm_timer(c, p->cfg.timeout_s); /* the whole head within timeout_s: no slow-loris */
+            arm_timer(c, p->cfg.request_timeout_s); /* the whole head in time: no slow-loris */
         }
         const size_t n = len < p->cfg.limits.max_head + 1 ? len : p->cfg.limits.max_head + 1;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
@@ -141,7 +147,7 @@ static void process_input(struct ft_conn *c) {
         }
         evbuffer_drain(in, head_len);
         c->state = C_READ_BODY;
-        arm_timer(c, p->cfg.timeout_s);
+        arm_timer(c, p->cfg.request_timeout_s);
         if (c->req.expect_continue && c->req.content_length > evbuffer_get_length(in))
             bufferevent_write(c->bev, "HTTP/1.1 100 Continue\r\n\r\n", 25);
     }
@@ -169,7 +175,7 @@ static void on_read(struct bufferevent *bev, void *arg) {
     const struct ft_http_limits *l = &c->pool->cfg.limits;
     switch (c->state) {
     case C_READ_BODY:
-        arm_timer(c, c->pool->cfg.timeout_s); /* progress: the stall clock restarts */
+        arm_timer(c, c->pool->cfg.request_timeout_s); /* progress: the stall clock restarts */
         /* fall through */
     case C_READ_HEAD: process_input(c); break;
     case C_BUSY:
@@ -227,11 +233,13 @@ static void on_timer(evutil_socket_t fd, short what, void *arg) {
             close_later(c); /* idle keep-alive connection */
             return;
         }
-        snprintf(msg, sizeof(msg), "the request head did not arrive within %d s (--timeout)", c->pool->cfg.timeout_s);
+        snprintf(msg, sizeof(msg), "the request head did not arrive within %d s (--request-timeout)",
+                 c->pool->cfg.request_timeout_s);
         refuse(c, NULL, 408, msg, "request_timeout");
         break;
     case C_READ_BODY:
-        snprintf(msg, sizeof(msg), "the request body stalled for %d s (--timeout)", c->pool->cfg.timeout_s);
+        snprintf(msg, sizeof(msg), "the request body stalled for %d s (--request-timeout)",
+                 c->pool->cfg.request_timeout_s);
         refuse(c, &c->req, 408, msg, "request_timeout");
         break;
     case C_LINGER: close_later(c); break;
@@ -393,8 +401,28 @@ static void peer_string(const struct sockaddr *sa, char *buf, size_t cap) {
     snprintf(buf, cap, "%s:%u", addr, port);
 }
 
+/* The connection idle the longest (no request coming in, nothing left to
+ * write), or NULL. O(n), and only when the pool is full. */
+static struct ft_conn *longest_idle(struct ft_conn_pool *p) {
+    struct ft_conn *best = NULL;
+    for (struct ft_conn *c = p->head; c; c = c->next)
+        if (c->state == C_READ_HEAD && !c->got_bytes && !evbuffer_get_length(bufferevent_get_output(c->bev)) &&
+            (!best || c->idle_seq < best->idle_seq))
+            best = c;
+    return best;
+}
+
 void ft_conn_pool_accept(struct ft_conn_pool *p, evutil_socket_t fd, const struct sockaddr *sa, int salen) {
     (void)salen;
+    /* Full: the longest idle connection makes room. Nothing of it is on the
+     * stack here (this is the listener's callback), so it goes at once. */
+    if (p->count >= p->cfg.max_conns) {
+        struct ft_conn *idle = longest_idle(p);
+        if (idle) {
+            destroy(idle);
+            p->evicted++;
+        }
+    }
     /* Far over the limit, not even an answer: the descriptor table is the bound. */
     if (p->count >= 2 * p->cfg.max_conns) {
         evutil_closesocket(fd);
@@ -432,6 +460,7 @@ void ft_conn_pool_accept(struct ft_conn_pool *p, evutil_socket_t fd, const struc
     bufferevent_set_timeouts(c->bev, NULL, &wt);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     c->state = C_READ_HEAD;
+    c->idle_seq = ++p->idle_clock;
     if (p->count > p->cfg.max_conns) {
         char msg[120];
         snprintf(msg, sizeof(msg), "the server has %d connections open, its limit; retry later", p->cfg.max_conns);
@@ -456,3 +485,5 @@ void ft_conn_pool_drain(struct ft_conn_pool *p) {
 }
 
 int ft_conn_pool_count(const struct ft_conn_pool *p) { return p->count; }
+
+unsigned long long ft_conn_pool_evicted(const struct ft_conn_pool *p) { return p->evicted; }

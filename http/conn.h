@@ -15,11 +15,18 @@
  * in the input buffer (bounded: reading pauses above the limits) and are
  * parsed after the response to the previous one.
  *
- * Timeouts (timeout_s): an idle keep-alive connection closes silently; a
- * request head must be complete within timeout_s of its first byte and a
- * body may not stall for timeout_s (both: 408 and close); a write that
- * makes no progress for timeout_s closes the connection (client gone).
- * While a request is handled there is no read timeout.
+ * Timeouts: an idle keep-alive connection closes silently after timeout_s;
+ * a request head must be complete within request_timeout_s of its first
+ * byte and a body may not stall for request_timeout_s (both: 408 and
+ * close: slow-loris clients hold a slot briefly); a write that makes no
+ * progress for timeout_s closes the connection (client gone). While a
+ * request is handled there is no read timeout.
+ *
+ * Connection limit (max_conns): when it is reached, the connection idle
+ * the longest (no request under way) is closed to make room, so idle
+ * sockets never starve new requests; only when every connection is busy
+ * is a new one answered 503. Past twice the limit sockets are closed
+ * unanswered: the descriptor table is the bound.
  *
  * All functions run on the event-loop thread. A connection frees itself
  * (deferred, from the loop) once it is closed; the pool tracks them. */
@@ -38,9 +45,10 @@ struct ft_conn_pool;
 
 struct ft_conn_config {
     struct ft_http_limits limits;
-    int timeout_s;
+    int timeout_s;         /* idle keep-alive, stalled write */
+    int request_timeout_s; /* a request head from its first byte, a stalled body */
     size_t max_output;  /* bytes queued for a slow reader before it counts as gone */
-    int max_conns;      /* more are answered 503 and closed */
+    int max_conns;      /* open at once: the longest idle one makes room, else 503 */
 };
 
 struct ft_http_header_out {
@@ -75,6 +83,8 @@ void ft_conn_pool_accept(struct ft_conn_pool *p, evutil_socket_t fd, const struc
  * current response; no keep-alive from here on. */
 void ft_conn_pool_drain(struct ft_conn_pool *p);
 int ft_conn_pool_count(const struct ft_conn_pool *p);
+/* Idle connections closed to make room for new ones so far. */
+unsigned long long ft_conn_pool_evicted(const struct ft_conn_pool *p);
 
 const char *ft_conn_remote(const struct ft_conn *c); /* "127.0.0.1:50312" */
 /* The mark on_gone reports (NULL: none). */

@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -63,7 +64,6 @@ enum srv_state { STATE_LOADING, STATE_READY, STATE_FAILED };
 #define SRV_MAX_HEAD (32 * 1024)            /* request line + headers */
 #define SRV_MAX_HEADERS 100
 #define SRV_MAX_OUTPUT (8u << 20)           /* streamed bytes a client may leave unread */
-#define SRV_MAX_CONNS 512
 #define SRV_HARD_EXIT_SECONDS 10            /* after cancelling, stop waiting for slow clients */
 
 struct srv_req;
@@ -545,6 +545,13 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
         ft_prom_render(s->prom, ready ? &st : NULL, b);
         if (s->otlp)
             ft_otlp_render_metrics(s->otlp, b);
+        evbuffer_add_printf(b,
+                            "# HELP ft_http_connections Client connections open.\n"
+                            "# TYPE ft_http_connections gauge\nft_http_connections %d\n"
+                            "# HELP ft_http_connections_evicted_total Idle connections closed to make room at "
+                            "the connection limit.\n"
+                            "# TYPE ft_http_connections_evicted_total counter\nft_http_connections_evicted_total %llu\n",
+                            ft_conn_pool_count(s->pool), ft_conn_pool_evicted(s->pool));
         evbuffer_add(b, "", 1);
     }
     const char *text = b ? (const char *)evbuffer_pullup(b, -1) : NULL;
@@ -781,6 +788,28 @@ static struct evconnlistener *listen_on(struct srv *s, const char *host, int por
     return l;
 }
 
+/* The connection limit the descriptor table allows: the soft limit is
+ * raised to the hard one, and the pool may hold up to twice max_conns
+ * sockets for a moment (see http/conn.h) besides the model, logs and
+ * listeners. */
+static int max_conns_for_fds(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return want;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    const long long fit = ((long long)rl.rlim_cur - 64) / 2;
+    if (rl.rlim_cur != RLIM_INFINITY && fit < want) {
+        fprintf(stderr, "ft serve: %lld open files allowed (ulimit -n): at most %lld connections, not %d\n",
+                (long long)rl.rlim_cur, fit > 16 ? fit : 16, want);
+        return fit > 16 ? (int)fit : 16;
+    }
+    return want;
+}
+
 static void model_id_from_path(const char *path, char *out, size_t cap) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -811,8 +840,9 @@ int ft_server_run(const struct ft_server_config *cfg) {
     const struct ft_conn_config ccfg = {
         .limits = {.max_head = SRV_MAX_HEAD, .max_headers = SRV_MAX_HEADERS, .max_body = cfg->max_body},
         .timeout_s = cfg->timeout_s,
+        .request_timeout_s = cfg->request_timeout_s,
         .max_output = SRV_MAX_OUTPUT,
-        .max_conns = SRV_MAX_CONNS,
+        .max_conns = max_conns_for_fds(cfg->max_conns),
     };
     const struct ft_conn_handler handler = {on_request, on_refused, on_client_gone, on_conn_closed};
     if (evthread_use_pthreads() != 0 || !(s->base = event_base_new()) ||

@@ -28,7 +28,9 @@ struct ft_server_config {
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
-    int timeout_s;                  /* idle connection / slow request / stalled write timeout; generation has none */
+    int timeout_s;                  /* idle connection / stalled write timeout; generation has none */
+    int request_timeout_s;          /* a request head from its first byte, a stalled body */
+    int max_conns;                  /* client connections open at once (the longest idle one makes room) */
     int shutdown_timeout_s;         /* SIGTERM: in-flight requests get this long before they are cancelled */
 };
 
