@@ -7,16 +7,89 @@
 #include "ft/common.h"
 #include "ft/server.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* API keys from --api-key and --api-key-file. */
+struct key_set {
+    char **keys;
+    int n, cap;
+};
+
+#define MAX_KEYS 4096
+#define MAX_KEY_LEN 512
+
+static void key_set_free(struct key_set *ks) {
+    for (int i = 0; i < ks->n; i++)
+        free(ks->keys[i]);
+    free(ks->keys);
+}
+
+static int key_set_add(struct key_set *ks, const char *key, size_t len) {
+    if (ks->n == MAX_KEYS) {
+        fprintf(stderr, "ft serve: more than %d API keys\n", MAX_KEYS);
+        return -1;
+    }
+    if (ks->n == ks->cap) {
+        const int cap = ks->cap ? 2 * ks->cap : 8;
+        char **k = realloc(ks->keys, sizeof(*k) * (size_t)cap);
+        if (!k)
+            return -1;
+        ks->keys = k;
+        ks->cap = cap;
+    }
+    if (!(ks->keys[ks->n] = strndup(key, len)))
+        return -1;
+    ks->n++;
+    return 0;
+}
+
+/* One key per line; blank lines and lines starting with '#' skipped,
+ * surrounding spaces and a CR trimmed. */
+static int read_key_file(const char *path, struct key_set *ks) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "ft serve: cannot read --api-key-file %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[MAX_KEY_LEN + 2];
+    int lineno = 0, before = ks->n, rc = 0;
+    while (!rc && fgets(line, sizeof(line), f)) {
+        lineno++;
+        size_t n = strlen(line);
+        if (n == sizeof(line) - 1 && line[n - 1] != '\n') {
+            fprintf(stderr, "ft serve: %s:%d: key longer than %d bytes\n", path, lineno, MAX_KEY_LEN);
+            rc = -1;
+            break;
+        }
+        const char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        n = strlen(p);
+        while (n > 0 && (p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        if (n == 0 || p[0] == '#')
+            continue;
+        rc = key_set_add(ks, p, n);
+    }
+    fclose(f);
+    if (!rc && ks->n == before) {
+        fprintf(stderr, "ft serve: --api-key-file %s holds no key\n", path);
+        rc = -1;
+    }
+    return rc;
+}
+
 int ft_cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
+    const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
                *numa = NULL, *metrics_compat = NULL, *otlp = NULL;
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
         max_conns = 4096;
-    bool metrics = false, no_prefix_cache = false, use_mmap = false;
+    bool metrics = false, no_prefix_cache = false, use_mmap = false, log_prompts = false;
+    struct ft_str_list keys = {0}, cors = {0};
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
         {NULL, "--alias", FT_OPT_STR, &alias, "NAME", "model id in responses and /v1/models (default: the file name)"},
@@ -43,8 +116,14 @@ int ft_cmd_serve(int argc, char **argv) {
          "GET /metrics also under another engine's names: vllm (vllm:num_requests_waiting, ...)"},
         {NULL, "--otlp-endpoint", FT_OPT_STR, &otlp, "URL",
          "export one OpenTelemetry span per request over OTLP/HTTP (JSON) to http://HOST[:4318][/v1/traces]"},
-        {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY",
-         "require 'Authorization: Bearer KEY' (all but /health and /livez)"},
+        {NULL, "--api-key", FT_OPT_STR_LIST, &keys, "KEY",
+         "require 'Authorization: Bearer KEY' (all but /health and /livez); repeatable: any of them"},
+        {NULL, "--api-key-file", FT_OPT_STR, &key_file, "FILE",
+         "accepted keys, one per line ('#' starts a comment); adds to --api-key"},
+        {NULL, "--cors-origin", FT_OPT_STR_LIST, &cors, "ORIGIN",
+         "let browser pages from ORIGIN (https://host[:port], or * for any) call the API; repeatable (default: none)"},
+        {NULL, "--log-prompts", FT_OPT_FLAG, &log_prompts, NULL,
+         "put each request's messages or prompt in its access-log line (default: never)"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
         {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE|NAME",
          "Jinja chat template file, or a built-in template (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
@@ -129,8 +208,25 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --metrics-compat must be vllm (got '%s')\n", metrics_compat);
         return 2;
     }
-    if (api_key && !*api_key) {
-        fprintf(stderr, "ft serve: --api-key must not be empty\n");
+    for (int i = 0; i < keys.n; i++) {
+        if (!*keys.items[i]) {
+            fprintf(stderr, "ft serve: --api-key must not be empty\n");
+            return 2;
+        }
+    }
+    for (int i = 0; i < cors.n; i++) {
+        if (strcmp(cors.items[i], "*") != 0 && strncmp(cors.items[i], "http://", 7) != 0 &&
+            strncmp(cors.items[i], "https://", 8) != 0) {
+            fprintf(stderr, "ft serve: --cors-origin must be * or http(s)://HOST[:PORT] (got '%s')\n", cors.items[i]);
+            return 2;
+        }
+    }
+    struct key_set ks = {0};
+    for (int i = 0; i < keys.n; i++)
+        if (key_set_add(&ks, keys.items[i], strlen(keys.items[i])))
+            return 1;
+    if (key_file && read_key_file(key_file, &ks)) {
+        key_set_free(&ks);
         return 2;
     }
     struct ft_model_params mp;
@@ -153,7 +249,11 @@ int ft_cmd_serve(int argc, char **argv) {
         .metrics_default = metrics,
         .metrics_vllm_names = metrics_compat != NULL,
         .otlp_endpoint = otlp,
-        .api_key = api_key,
+        .api_keys = (const char *const *)ks.keys,
+        .n_api_keys = ks.n,
+        .cors_origins = cors.items,
+        .n_cors_origins = cors.n,
+        .log_prompts = log_prompts,
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,
         .max_body = (size_t)max_body,
@@ -163,5 +263,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .max_conns = max_conns,
         .shutdown_timeout_s = shutdown_timeout,
     };
-    return ft_server_run(&cfg);
+    const int status = ft_server_run(&cfg);
+    key_set_free(&ks);
+    return status;
 }

@@ -36,6 +36,8 @@ static void write_json(FILE *f, const char *ts, const struct ft_access_entry *e)
     }
     if (e->error)
         cJSON_AddStringToObject(o, "error", e->error);
+    if (e->prompt)
+        cJSON_AddStringToObject(o, "prompt", e->prompt);
     char *s = cJSON_PrintUnformatted(o);
     if (s) {
         fprintf(f, "%s\n", s);
@@ -82,6 +84,11 @@ static void write_text(FILE *f, const char *ts, const struct ft_access_entry *e)
     if (e->error) {
         fputs(" error=\"", f);
         put_escaped(f, e->error);
+        fputc('"', f);
+    }
+    if (e->prompt) {
+        fputs(" prompt=\"", f);
+        put_escaped(f, e->prompt);
         fputc('"', f);
     }
     fputc('\n', f);

@@ -19,6 +19,7 @@ struct ft_access_entry {
     const char *finish;                       /* finish reason of a generation, else NULL */
     const struct ft_request_metrics *metrics; /* tokens and timings of a generation, else NULL */
     const char *error;                        /* the error message of a failed request, else NULL */
+    const char *prompt;                       /* --log-prompts: the request's messages or prompt, else NULL */
 };
 
 void ft_access_log_write(FILE *f, enum ft_log_format fmt, const struct ft_access_entry *e);

@@ -277,6 +277,9 @@ static void write_head(struct ft_conn *c, int status, const char *content_type,
         evbuffer_add_printf(out, "%s: %s\r\n", extra[i].name, extra[i].value);
     if (framing)
         evbuffer_add_printf(out, "%s\r\n", framing);
+    const char *origin = c->state != C_READ_HEAD ? ft_conn_cors_origin(c->pool, &c->req) : NULL;
+    if (origin)
+        evbuffer_add_printf(out, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
     if (c->close_after)
         evbuffer_add_printf(out, "Connection: close\r\n");
     else if (c->req.minor == 0)
@@ -485,5 +488,22 @@ void ft_conn_pool_drain(struct ft_conn_pool *p) {
 }
 
 int ft_conn_pool_count(const struct ft_conn_pool *p) { return p->count; }
+
+const struct ft_conn_pool *ft_conn_pool_of(const struct ft_conn *c) { return c->pool; }
+
+const char *ft_conn_cors_origin(const struct ft_conn_pool *p, const struct ft_http_request *req) {
+    if (p->cfg.n_cors_origins == 0 || req->n_fields == 0)
+        return NULL;
+    const char *origin = ft_http_field(req, "Origin");
+    if (!origin)
+        return NULL;
+    for (int i = 0; i < p->cfg.n_cors_origins; i++) {
+        if (!strcmp(p->cfg.cors_origins[i], "*"))
+            return "*";
+        if (!strcmp(p->cfg.cors_origins[i], origin))
+            return origin;
+    }
+    return NULL;
+}
 
 unsigned long long ft_conn_pool_evicted(const struct ft_conn_pool *p) { return p->evicted; }

@@ -49,6 +49,10 @@ struct ft_conn_config {
     int request_timeout_s; /* a request head from its first byte, a stalled body */
     size_t max_output;  /* bytes queued for a slow reader before it counts as gone */
     int max_conns;      /* open at once: the longest idle one makes room, else 503 */
+    /* CORS: responses to a request whose Origin is listed (or when "*" is)
+     * carry Access-Control-Allow-Origin. n_cors_origins 0: never. */
+    const char *const *cors_origins;
+    int n_cors_origins;
 };
 
 struct ft_http_header_out {
@@ -87,6 +91,10 @@ int ft_conn_pool_count(const struct ft_conn_pool *p);
 unsigned long long ft_conn_pool_evicted(const struct ft_conn_pool *p);
 
 const char *ft_conn_remote(const struct ft_conn *c); /* "127.0.0.1:50312" */
+/* The value of Access-Control-Allow-Origin for req ("*" or its Origin), or
+ * NULL when CORS is off or the origin is not allowed. */
+const char *ft_conn_cors_origin(const struct ft_conn_pool *p, const struct ft_http_request *req);
+const struct ft_conn_pool *ft_conn_pool_of(const struct ft_conn *c);
 /* The mark on_gone reports (NULL: none). */
 void ft_conn_set_active(struct ft_conn *c, void *active);
 

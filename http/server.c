@@ -138,9 +138,10 @@ static uint64_t next_random(struct srv *s) {
 /* ---- logging and counting of finished requests ---------------------------- */
 
 static void record(struct srv *s, const char *remote, const char *method, const char *path, const char *endpoint,
-                   int status, const char *finish, const struct ft_request_metrics *m, const char *error) {
+                   int status, const char *finish, const struct ft_request_metrics *m, const char *error,
+                   const char *prompt) {
     ft_prom_count_request(s->prom, endpoint, status);
-    const struct ft_access_entry e = {remote, method, path, status, finish, m, error};
+    const struct ft_access_entry e = {remote, method, path, status, finish, m, error, prompt};
     ft_access_log_write(s->log, s->cfg->log_json ? FT_LOG_FORMAT_JSON : FT_LOG_FORMAT_TEXT, &e);
 }
 
@@ -151,7 +152,7 @@ static const char *req_path(const struct ft_http_request *req) { return req ? re
 static void reply(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint,
                   int status, const char *content_type, const struct ft_http_header_out *extra, int n_extra,
                   const char *body, const char *error) {
-    record(s, ft_conn_remote(c), req_method(req), req_path(req), endpoint, status, NULL, NULL, error);
+    record(s, ft_conn_remote(c), req_method(req), req_path(req), endpoint, status, NULL, NULL, error, NULL);
     ft_conn_reply(c, status, content_type, extra, n_extra, body, body ? strlen(body) : 0);
 }
 
@@ -320,6 +321,30 @@ static void submit_span(struct srv *s, const struct srv_req *r, int status, cons
     ft_otlp_submit(s->otlp, &sp);
 }
 
+/* --log-prompts: "role: content" per message, or the completion prompt,
+ * cut at LOG_PROMPT_MAX bytes (on a UTF-8 boundary). */
+#define LOG_PROMPT_MAX 8192
+static const char *prompt_for_log(const struct ft_api_request *api, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    if (api->endpoint == FT_API_CHAT) {
+        for (int32_t i = 0; i < api->n_messages && n < LOG_PROMPT_MAX; i++)
+            n += (size_t)snprintf(buf + n, LOG_PROMPT_MAX + 1 - n, "%s%s: %s", i ? "\n" : "", api->messages[i].role,
+                                  api->messages[i].content ? api->messages[i].content : "");
+    } else if (api->prompt) {
+        n = (size_t)snprintf(buf, LOG_PROMPT_MAX + 1, "%s", api->prompt);
+    } else {
+        n = (size_t)snprintf(buf, LOG_PROMPT_MAX + 1, "[%d token ids]", api->n_prompt_tokens);
+    }
+    if (n > LOG_PROMPT_MAX) {
+        n = LOG_PROMPT_MAX;
+        while (n > 0 && ((unsigned char)buf[n] & 0xC0) == 0x80)
+            n--;
+        snprintf(buf + n, cap - n, "...[truncated]");
+    }
+    return buf;
+}
+
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
     const struct ft_request_metrics *m = &er->metrics;
@@ -386,7 +411,9 @@ static void finish_request(struct srv *s, struct srv_req *r) {
                              : ft_finish_reason_name(er->finish);
     if (s->otlp)
         submit_span(s, r, status, finish);
-    record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error);
+    char prompt[LOG_PROMPT_MAX + 32];
+    record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error,
+           s->cfg->log_prompts ? prompt_for_log(&r->api, prompt, sizeof(prompt)) : NULL);
     inflight_remove(s, r);
     srv_req_free(r); /* the scheduler never touches a request after its DONE */
     check_drained(s);
@@ -588,8 +615,10 @@ static bool key_matches(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* Every key is compared, so the time taken does not tell which one (or
+ * whether any) matched. */
 static bool authorized(const struct srv *s, const struct ft_http_request *req) {
-    if (!s->cfg->api_key)
+    if (s->cfg->n_api_keys == 0)
         return true;
     const char *h = ft_http_field(req, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)
@@ -597,7 +626,26 @@ static bool authorized(const struct srv *s, const struct ft_http_request *req) {
     h += 7;
     while (*h == ' ')
         h++;
-    return key_matches(h, s->cfg->api_key);
+    bool ok = false;
+    for (int i = 0; i < s->cfg->n_api_keys; i++)
+        ok |= key_matches(h, s->cfg->api_keys[i]);
+    return ok;
+}
+
+/* A CORS preflight from an allowed origin: what the browser may send.
+ * Answered before authentication (browsers send no credentials here). */
+static bool cors_preflight(struct srv *s, struct ft_conn *c, const struct ft_http_request *req,
+                           const char *endpoint) {
+    if (req->method != FT_HTTP_OPTIONS || !ft_conn_cors_origin(ft_conn_pool_of(c), req) ||
+        !ft_http_field(req, "Access-Control-Request-Method"))
+        return false;
+    static const struct ft_http_header_out h[] = {
+        {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+        {"Access-Control-Allow-Headers", "Authorization, Content-Type, traceparent"},
+        {"Access-Control-Max-Age", "600"},
+    };
+    reply(s, c, req, endpoint, 204, NULL, h, (int)FT_ARRAY_LEN(h), NULL, NULL);
+    return true;
 }
 
 /* The connection's on_request: a complete request to route. */
@@ -618,6 +666,8 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     }
     const char *endpoint = path_known ? path : "other";
     char msg[300];
+    if (path_known && cors_preflight(s, c, req, endpoint))
+        return;
     /* /health and /livez stay open so a load balancer or kubelet needs no key. */
     if (!(route && (route->kind == R_HEALTH || route->kind == R_LIVE)) && !authorized(s, req)) {
         static const struct ft_http_header_out h[] = {{"WWW-Authenticate", "Bearer"}};
@@ -843,6 +893,8 @@ int ft_server_run(const struct ft_server_config *cfg) {
         .request_timeout_s = cfg->request_timeout_s,
         .max_output = SRV_MAX_OUTPUT,
         .max_conns = max_conns_for_fds(cfg->max_conns),
+        .cors_origins = cfg->cors_origins,
+        .n_cors_origins = cfg->n_cors_origins,
     };
     const struct ft_conn_handler handler = {on_request, on_refused, on_client_gone, on_conn_closed};
     if (evthread_use_pthreads() != 0 || !(s->base = event_base_new()) ||

@@ -23,7 +23,11 @@ struct ft_server_config {
     bool metrics_default;           /* --enable-performance-metrics */
     bool metrics_vllm_names;        /* --metrics-compat vllm: /metrics adds vLLM's names */
     const char *otlp_endpoint;      /* --otlp-endpoint: export a span per request there; NULL: none */
-    const char *api_key;            /* NULL: no authentication */
+    const char *const *api_keys;    /* accepted keys (n_api_keys; 0: no authentication) */
+    int n_api_keys;
+    const char *const *cors_origins; /* origins browsers may call from ("*": any); 0: CORS off */
+    int n_cors_origins;
+    bool log_prompts;               /* the access log carries each request's messages / prompt */
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
     size_t max_body;                /* request body limit in bytes */
