@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "ft/atomic_file.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/gguf.h"
@@ -600,35 +601,43 @@ int ft_cmd_compare(int argc, char **argv) {
             ft_cli_error("compare", rc, logits_path);
             goto done;
         }
+        /* Open is enough from here on: a process killed later leaves no scratch file. */
+        unlink(logits_path);
+        logits_path[0] = '\0';
         for (int i = 1; i < rep.n_rows; i++)
             if (score(&rows[i], base_lp, NULL, 0, NULL, n_ctx, n_batch, chunks, threads, &rep) != 0)
                 goto done;
     }
 
     write_markdown(stdout, &rep, NULL);
-    for (int oi = 0; oi < outs.n; oi++) {
-        const char *out = outs.items[oi];
-        FILE *f = fopen(out, "w");
+    for (int oi = 0; oi <= outs.n; oi++) {
+        const char *out = oi < outs.n ? outs.items[oi] : svg;
+        if (!out)
+            break;
+        /* Composed in memory, then put in place whole or not at all. */
+        char *doc = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&doc, &len);
         if (!f) {
-            fprintf(stderr, "ft compare: cannot write %s: %s\n", out, strerror(errno));
+            fprintf(stderr, "ft compare: out of memory for %s\n", out);
             goto done;
         }
-        if (ends_with(out, ".csv"))
+        if (oi == outs.n)
+            ft_compare_write_svg(&rep, f);
+        else if (ends_with(out, ".csv"))
             write_csv(f, &rep);
         else if (ends_with(out, ".json"))
             write_json(f, &rep);
         else
             write_markdown(f, &rep, svg ? svg_relative(out, svg) : NULL);
-        if (fclose(f) != 0) {
-            fprintf(stderr, "ft compare: writing %s failed\n", out);
+        const bool ok = fclose(f) == 0 && doc;
+        const int rc = ok ? ft_atomic_file_save(out, doc, len) : FT_ENOMEM;
+        free(doc);
+        if (rc) {
+            ft_cli_error("compare", rc, out);
             goto done;
         }
         fprintf(stderr, "compare: wrote %s\n", out);
-    }
-    if (svg) {
-        if (ft_compare_write_svg(&rep, svg) != 0)
-            goto done;
-        fprintf(stderr, "compare: wrote %s\n", svg);
     }
     status = 0;
 done:

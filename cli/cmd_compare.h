@@ -3,6 +3,7 @@
 #ifndef FT_CLI_CMD_COMPARE_H
 #define FT_CLI_CMD_COMPARE_H
 
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -49,6 +50,6 @@ int ft_compare_parse_bench_json(const char *json, double *pp_ts, double *pp_sd, 
 
 /* Write the chart (quality loss against decode speed, or against bits per
  * weight when there are no speeds). Returns 0 or -1 (message printed). */
-int ft_compare_write_svg(const struct cmp_report *r, const char *path);
+void ft_compare_write_svg(const struct cmp_report *r, FILE *f);
 
 #endif

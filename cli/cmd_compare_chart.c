@@ -69,12 +69,7 @@ static bool overlaps(const struct placed *a, const struct placed *b) {
     return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1;
 }
 
-int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "ft compare: cannot write %s\n", path);
-        return -1;
-    }
+void ft_compare_write_svg(const struct cmp_report *r, FILE *f) {
     bool speed = true;
     for (int i = 0; i < r->n_rows; i++)
         if (!r->rows[i].has_speed)
@@ -272,9 +267,4 @@ int ft_compare_write_svg(const struct cmp_report *r, const char *path) {
     fprintf(f, " %s, ft compare.</text>\n</g>\n</svg>\n", r->date);
 #undef SX
 #undef SY
-    if (fclose(f) != 0) {
-        fprintf(stderr, "ft compare: writing %s failed\n", path);
-        return -1;
-    }
-    return 0;
 }

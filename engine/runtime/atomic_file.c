@@ -218,3 +218,14 @@ void ft_atomic_file_abort(struct ft_atomic_file *f) {
     f->buf = NULL;
     f->buf_len = f->buf_cap = 0;
 }
+
+int ft_atomic_file_save(const char *path, const void *data, size_t n) {
+    struct ft_atomic_file f;
+    int rc = ft_atomic_file_open(&f, path);
+    if (!rc)
+        rc = ft_atomic_file_write(&f, data, n);
+    if (!rc)
+        rc = ft_atomic_file_commit(&f);
+    ft_atomic_file_abort(&f);
+    return rc;
+}

@@ -41,5 +41,8 @@ int ft_atomic_file_write(struct ft_atomic_file *f, const void *p, size_t n);
 int ft_atomic_file_commit(struct ft_atomic_file *f);
 /* Drop the file (no-op after commit, or on a zeroed / failed-open struct). */
 void ft_atomic_file_abort(struct ft_atomic_file *f);
+/* The whole of data[0..n) as `path`, whole or not at all (open, write,
+ * commit; the failure is logged). */
+int ft_atomic_file_save(const char *path, const void *data, size_t n);
 
 #endif
