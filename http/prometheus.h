@@ -1,7 +1,7 @@
-/* Aggregate metrics for GET /metrics in Prometheus text format (0.0.4),
- * with the names of DESIGN.md §3. Fed from the same per-request record
- * (struct ft_request_timing / ft_request_metrics) as the responses and the
- * access log. Owned by the HTTP thread: no locking. */
+/* Aggregate metrics for GET /metrics in Prometheus text format (0.0.4), with
+ * the names of the metrics contract (docs/architecture.md). Fed from the same
+ * per-request record (struct ft_request_timing / ft_request_metrics) as the
+ * responses and the access log. Owned by the HTTP thread: no locking. */
 #ifndef FT_HTTP_PROMETHEUS_H
 #define FT_HTTP_PROMETHEUS_H
 
