@@ -1,5 +1,6 @@
 /* ft-bench-bandwidth: the machine's DRAM read bandwidth, the yardstick of
- * decode (DESIGN.md §5: decode should reach >= 85% of it).
+ * decode (docs/architecture.md, Models and the forward pass: decode should
+ * reach >= 85% of it).
  *
  * Decode reads every weight byte once per token, so tokens/s times weight
  * bytes per token cannot exceed the rate at which the cores can stream

@@ -1,4 +1,5 @@
-/* ft-bench-clock: what one per-request metrics stamp costs (DESIGN.md §3).
+/* ft-bench-clock: what one per-request metrics stamp costs (docs/architecture.md,
+ * Metrics clock).
  *
  * Times a tight loop of ft_clock_ticks() (the engine's stamp: lfence+rdtsc
  * on x86 with an invariant TSC, cntvct_el0 on ARM64, else clock_gettime),

@@ -1,7 +1,7 @@
 /* ft-bench-float-gemm: the float-weight GEMM of each kernel level against
  * oneDNN's matmul, per shape and batch size -- the numbers behind the path
- * choice in engine/model/gemm_float.c and engine/model/onednn_matmul.c (README "Float
- * weights, attention and row ops").
+ * choice in engine/model/gemm_float.c and engine/model/onednn_matmul.c
+ * (docs/performance.md, Float weights, attention and row ops).
  *
  * One thread; GFLOP/s (2 m k n / time) from the thread's CPU time, best of
  * a few repetitions, so a machine shared with other jobs disturbs it less

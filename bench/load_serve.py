@@ -2,11 +2,11 @@
 """Load test of `ft serve`: C concurrent clients for each C in a list.
 
 Each level sends the same seeded mix of requests: short, medium and long
-prompts, /v1/completions and /v1/chat/completions, streamed and not, all
-with "performance_metrics": true. C client threads take requests from the
-level's list until it is empty or the level's share of --time-limit is
-spent (requests in flight then finish). Every completed response's metrics
-are checked against DESIGN.md §3 and against the client's own clock
+prompts, /v1/completions and /v1/chat/completions, streamed and not, all with
+"performance_metrics": true. C client threads take requests from the level's
+list until it is empty or the level's share of --time-limit is spent (requests
+in flight then finish). Every completed response's metrics are checked against
+the metrics contract (docs/architecture.md) and against the client's own clock
 (bench/serve_client.py: metrics_violations); a violation counts as an error
 and is printed.
 

@@ -1,6 +1,7 @@
 """What the `ft serve` benchmark scripts share: starting a server, talking to
 it over plain HTTP (streamed and not), timing what the client sees, and
-checking each response's metrics against DESIGN.md §3.
+checking each response's metrics against the metrics contract
+(docs/architecture.md).
 
 Only the Python standard library; imported by bench/bench_serve.py,
 bench/load_serve.py and tests/e2e/test_load.py.
@@ -173,11 +174,11 @@ def post_stream(host, port, path, body):
 
 
 def metrics_violations(m, usage, client_ttft_s=None, client_total_s=None):
-    """The invariants of DESIGN.md §3 that one response's metrics and usage
-    must satisfy, plus causality against what the client measured: the
-    server's TTFT and total time start later (body parsed) and end earlier
-    (before the bytes travel) than the client's. Returns the broken ones
-    as readable strings (empty when all hold)."""
+    """The invariants of the metrics contract (docs/architecture.md) that one
+    response's metrics and usage must satisfy, plus causality against what the
+    client measured: the server's TTFT and total time start later (body
+    parsed) and end earlier (before the bytes travel) than the client's.
+    Returns the broken ones as readable strings (empty when all hold)."""
     bad = []
 
     def need(ok, what):

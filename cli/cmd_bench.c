@@ -47,8 +47,9 @@
 
 /* ---- NUMA ------------------------------------------------------------------------ */
 
-/* --numa MODE / --numa-node N: the placement modes of DESIGN.md §5, parsed
- * as every model command parses them (cli/common_model.c). */
+/* --numa MODE / --numa-node N: the placement modes of docs/architecture.md
+ * (Thread pool and NUMA), parsed as every model command parses them
+ * (cli/common_model.c). */
 static int bench_set_numa(const char *mode, int numa_node, struct ft_model_params *mp) {
     return ft_cli_model_params("bench", 0, mode, numa_node, mp);
 }

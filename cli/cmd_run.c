@@ -1,6 +1,6 @@
 /* ft run: one generation on the terminal. The completion streams to stdout
  * as it is produced; the metrics block (the same fields the server returns,
- * DESIGN.md §3) goes to stderr at the end. */
+ * docs/architecture.md, Metrics contract) goes to stderr at the end. */
 #include "args.h"
 #include "cli.h"
 #include "common_model.h"

@@ -1,4 +1,4 @@
-/* `ft`: one binary, subcommands (DESIGN.md §1). */
+/* `ft`: one binary, subcommands (docs/architecture.md, Layers). */
 #include "cli.h"
 #include "ft/common.h"
 #include "ft/cpu.h"

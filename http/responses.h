@@ -1,7 +1,7 @@
 /* Response bodies in OpenAI's exact shapes: chat.completion and
- * text_completion objects, their streaming chunks, usage, the model list,
- * and FreeToken's per-request `metrics` object (DESIGN.md §3), which the
- * access log reuses so both carry the same numbers. */
+ * text_completion objects, their streaming chunks, usage, the model list, and
+ * FreeToken's per-request `metrics` object (docs/architecture.md, Metrics
+ * contract), which the access log reuses so both carry the same numbers. */
 #ifndef FT_HTTP_RESPONSES_H
 #define FT_HTTP_RESPONSES_H
 
@@ -23,8 +23,8 @@ struct ft_resp_ctx {
     bool include_usage;  /* streaming: chunks carry "usage": null until the usage chunk */
 };
 
-/* The metrics object: the fields of DESIGN.md §3, times in ms, undefined
- * rates as null. */
+/* The metrics object: the fields of the metrics contract
+ * (docs/architecture.md), times in ms, undefined rates as null. */
 cJSON *ft_resp_metrics(const struct ft_request_metrics *m);
 /* usage with prompt_tokens_details.cached_tokens. */
 cJSON *ft_resp_usage(const struct ft_request_metrics *m);

@@ -1,7 +1,7 @@
 /* The HTTP server: one libevent loop thread that accepts connections
  * (http/conn.c speaks HTTP/1.1 on bufferevents), parses and validates
  * requests, hands generations to the engine's scheduler thread, and
- * streams what comes back (DESIGN.md §2).
+ * streams what comes back (docs/architecture.md, The request path).
  *
  * Threads and ownership:
  *  - The loop thread owns every connection and every struct srv_req; it
@@ -473,7 +473,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     }
     struct ft_api_error err;
     int rc = ft_api_request_parse(body, len, ep, b->n_vocab, &r->api, &err);
-    r->er.received = ft_clock_ticks(); /* DESIGN.md §3: received = body parsed */
+    r->er.received = ft_clock_ticks(); /* metrics contract: received = body parsed */
     if (rc) {
         reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);

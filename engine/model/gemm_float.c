@@ -16,7 +16,8 @@
  *
  * F32 weights on the avx512 level go to oneDNN instead (in the same task,
  * on the same slices; engine/model/onednn_matmul.c says why), which reads A
- * unpacked. Measured choice: README "Float matmuls". */
+ * unpacked. Measured choice: docs/performance.md, Float weights, attention
+ * and row ops. */
 #include "model_internal.h"
 
 /* oneDNN takes F32 weights from this many rows on; below, our small-m

@@ -1,5 +1,5 @@
 /* KV cache: fp16 K and V in fixed blocks of FT_KV_BLOCK_TOKENS tokens, a
- * block table per sequence and a free list (DESIGN.md §4).
+ * block table per sequence and a free list (docs/architecture.md, KV blocks).
  *
  * A sequence's positions 0..len-1 live in the blocks its table lists, in
  * order, so blocks need not be contiguous and are returned independently

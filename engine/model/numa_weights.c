@@ -15,7 +15,7 @@
  * pages, which the page cache behind a file mapping does not give, and a
  * decode step streams every weight once, so 4 KiB pages cost a TLB miss
  * every 4 KiB (measured: 75% of the read bandwidth from the mapping, 93%
- * from the copy, README Performance).
+ * from the copy, docs/performance.md, Threads and NUMA).
  *
  * Layout: the bound weights' byte ranges, sorted and merged (tensors are
  * contiguous in a GGUF, and a tied output head shares token_embd's bytes),

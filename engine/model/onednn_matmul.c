@@ -2,13 +2,14 @@
  * the float GEMM path (engine/model/gemm_float.c) on each pool thread's slice of
  * weight rows.
  *
- * Measured against our own kernels (README "Float matmuls"): oneDNN 2.6.3,
- * as Debian ships it, has no f16 matmul on this CPU and its bf16 one ran at
- * ~80 GFLOP/s per core against ~140 for ours, so F16 and BF16 weights use
- * our GEMM; for F32 weights oneDNN's brgemm was ahead by 5-10% at 64..512
- * rows and by 2-3x at 8 rows (our GEMM repacks each weight slice per call),
- * so F32 weights come here. Only on the avx512 level: a forced lower level
- * (FT_ISA) must not run AVX-512 code behind the user's back.
+ * Measured against our own kernels (docs/performance.md, Float weights,
+ * attention and row ops): oneDNN 2.6.3, as Debian ships it, has no f16 matmul
+ * on this CPU and its bf16 one ran at ~80 GFLOP/s per core against ~140 for
+ * ours, so F16 and BF16 weights use our GEMM; for F32 weights oneDNN's brgemm
+ * was ahead by 5-10% at 64..512 rows and by 2-3x at 8 rows (our GEMM repacks
+ * each weight slice per call), so F32 weights come here. Only on the avx512
+ * level: a forced lower level (FT_ISA) must not run AVX-512 code behind the
+ * user's back.
  *
  * Threading: Debian's libdnnl is the OpenMP build. Each pool thread calls
  * it on its own slice of the weight rows with omp_set_num_threads(1) set

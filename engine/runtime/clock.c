@@ -1,4 +1,4 @@
-/* The engine's clock for request stamps (DESIGN.md §3).
+/* The engine's clock for request stamps (docs/architecture.md, Metrics clock).
  *
  * x86-64: the TSC, read with lfence+rdtsc so a stamp is not reordered
  * before the work it closes, and used only when CPUID reports an invariant

@@ -1,4 +1,5 @@
-/* Per-request metrics from raw stamps. Definitions: DESIGN.md §3. */
+/* Per-request metrics from raw stamps. Definitions: docs/architecture.md,
+ * Metrics contract. */
 #include "ft/metrics.h"
 #include "ft/clock.h"
 #include "ft/common.h"

@@ -3,14 +3,14 @@
  * limits, timing stamps), and a driver that runs one sequence through
  * prefill and decode on its own.
  *
- * The split lets `ft run` and the server's scheduler share everything but
- * the forward passes: a scheduler that batches many sequences (DESIGN.md §5)
- * calls ft_gen_step() per sequence with that sequence's row of logits,
- * while ft_generate() is the batch of one.
+ * The split lets `ft run` and the server's scheduler share everything but the
+ * forward passes: a scheduler that batches many sequences
+ * (docs/architecture.md, Scheduler) calls ft_gen_step() per sequence with
+ * that sequence's row of logits, while ft_generate() is the batch of one.
  *
- * Timing (DESIGN.md §3): ft_gen_step() stamps each token as ready and
- * ft_generate() stamps the prefill; `received`, `admitted` and `done` belong
- * to whoever owns the request. */
+ * Timing (docs/architecture.md, Metrics contract): ft_gen_step() stamps each
+ * token as ready and ft_generate() stamps the prefill; `received`, `admitted`
+ * and `done` belong to whoever owns the request. */
 #ifndef FT_GENERATE_H
 #define FT_GENERATE_H
 

@@ -1,8 +1,8 @@
-/* Per-request performance metrics (DESIGN.md §3). The engine fills a
- * struct ft_request_timing with raw clock stamps as the request moves
- * through it; ft_metrics_compute() turns it into the reported fields once,
- * at the end. Every consumer (ft run, the HTTP response, the access log,
- * Prometheus) reads the same struct ft_request_metrics. */
+/* Per-request performance metrics (docs/architecture.md, Metrics contract).
+ * The engine fills a struct ft_request_timing with raw clock stamps as the
+ * request moves through it; ft_metrics_compute() turns it into the reported
+ * fields once, at the end. Every consumer (ft run, the HTTP response, the
+ * access log, Prometheus) reads the same struct ft_request_metrics. */
 #ifndef FT_METRICS_H
 #define FT_METRICS_H
 

@@ -1,9 +1,10 @@
 /* Models: load a GGUF architecture and run its forward pass.
  *
- * Forward pass contract (DESIGN.md §4): one call evaluates a batch of tokens
- * that may belong to several sequences, each token with its sequence id and
- * position, and returns logits only for the tokens that ask for them. KV for
- * each sequence lives in fixed-size blocks of the ft_kv_cache.
+ * Forward pass contract (docs/architecture.md, Models and the forward pass):
+ * one call evaluates a batch of tokens that may belong to several sequences,
+ * each token with its sequence id and position, and returns logits only for
+ * the tokens that ask for them. KV for each sequence lives in fixed-size
+ * blocks of the ft_kv_cache.
  */
 #ifndef FT_MODEL_H
 #define FT_MODEL_H
@@ -64,10 +65,10 @@ struct ft_hparams {
  *
  * Why copy by default: the copy is advised to transparent huge pages, and
  * streaming the weights (decode) through 2 MiB pages instead of the file
- * mapping's 4 KiB ones saves the TLB misses that otherwise cap a decode
- * step at about 75% of the memory bandwidth (README, Performance). mmap
- * reads them in place instead: faster start, and the page cache is shared
- * with other processes mapping the same file. */
+ * mapping's 4 KiB ones saves the TLB misses that otherwise cap a decode step
+ * at about 75% of the memory bandwidth (docs/performance.md, Threads and
+ * NUMA). mmap reads them in place instead: faster start, and the page cache
+ * is shared with other processes mapping the same file. */
 struct ft_model_params {
     int n_threads;          /* <= 0: one per physical core (of the node, for isolate) */
     enum ft_numa_mode numa; /* FT_NUMA_OFF: no binding (one copy, or the mapping with mmap) */

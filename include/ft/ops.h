@@ -2,12 +2,12 @@
  * GELU (tanh), the gated activations, and the matmul of a block of weight
  * rows against converted activations.
  *
- * These are the `_ref` tier (STYLE.md "Kernels"): plain loops that define the
- * answer, written to reproduce bit for bit what llama.cpp's x86 CPU backend
- * computes (RMS norm sums squares in double, RoPE builds its angles by
- * repeated multiplication and rotates with the FMAs GCC makes of ggml's
- * code, SiLU uses ggml's vector exp, GELU goes through ggml's fp16 table,
- * attention keeps ggml's fp16 accumulator), so a model run here gives
+ * These are the `_ref` tier (docs/conventions.md, Kernels): plain loops that
+ * define the answer, written to reproduce bit for bit what llama.cpp's x86
+ * CPU backend computes (RMS norm sums squares in double, RoPE builds its
+ * angles by repeated multiplication and rotates with the FMAs GCC makes of
+ * ggml's code, SiLU uses ggml's vector exp, GELU goes through ggml's fp16
+ * table, attention keeps ggml's fp16 accumulator), so a model run here gives
  * llama.cpp's logits. Faster per-ISA versions are tested against them.
  */
 #ifndef FT_OPS_H

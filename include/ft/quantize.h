@@ -15,7 +15,7 @@
  *   - a row length that is not a multiple of 256 makes a K-quant fall back
  *     to Q4_0 (from Q2_K/Q3_K), Q5_0 (Q4_K), Q5_1 (Q5_K), Q8_0 (Q6_K), and
  *     to F16 when even 32 does not divide it.
- * The README lists the rules per file type.
+ * docs/quantization.md lists the rules per file type.
  */
 #ifndef FT_QUANTIZE_H
 #define FT_QUANTIZE_H

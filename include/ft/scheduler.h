@@ -1,5 +1,6 @@
 /* The scheduler: the one thread that owns the model's forward passes, the
- * KV cache and the prefix cache, and runs submitted requests (DESIGN.md §2).
+ * KV cache and the prefix cache, and runs submitted requests
+ * (docs/architecture.md, Scheduler).
  *
  * Other threads hand it requests with ft_scheduler_submit() (a locked FIFO
  * queue with a wake-up); it reports back through one callback, called on

@@ -1,5 +1,5 @@
-/* The OpenAI-compatible HTTP server (http/, DESIGN.md §2): what `ft serve`
- * configures and runs. */
+/* The OpenAI-compatible HTTP server (http/, docs/architecture.md, The request
+ * path): what `ft serve` configures and runs. */
 #ifndef FT_SERVER_H
 #define FT_SERVER_H
 

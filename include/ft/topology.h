@@ -10,9 +10,9 @@
  * one-node machine.
  *
  * NUMA modes (--numa), see engine/runtime/placement.c for the exact rules:
- *   off         threads on the first cores in topology order; weights stay
- *               in the file mapping (zero-copy), memory goes where the
- *               kernel puts it;
+ *   off         threads on the first cores in topology order; weights
+ *               copied once, not bound (first touch), or read in place
+ *               from the file mapping with --mmap;
  *   distribute  threads spread round-robin over the NUMA nodes that have
  *               cores; weights copied into memory interleaved over them;
  *   isolate     threads and weights on one node: --numa-node N, or by

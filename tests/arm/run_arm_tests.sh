@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NEON kernels on aarch64, under qemu-user (DESIGN.md section 7).
+# The NEON kernels on aarch64, under qemu-user (docs/conventions.md, Kernels).
 #
 # Cross-compiles simd/, tests/unit/test_simd_kernels.c, test_float_kernels.c and test_qgemm.c with
 # aarch64-linux-gnu-gcc (static, so qemu-aarch64 needs no sysroot) through

@@ -1,8 +1,9 @@
-"""A small load on the sanitizer build of `ft serve`: bench/load_serve.py's
-mix (short, medium and long prompts; chat and completions; streamed and
-not) at concurrency 1, 2 and 4 on the tiny llama-Q8_0 model. Every response
-must succeed and satisfy the DESIGN.md §3 invariants, and ASan/UBSan must
-stay silent. The load code is imported from bench/, not copied.
+"""A small load on the sanitizer build of `ft serve`: bench/load_serve.py's mix
+(short, medium and long prompts; chat and completions; streamed and not) at
+concurrency 1, 2 and 4 on the tiny llama-Q8_0 model. Every response must
+succeed and satisfy the metrics contract's invariants (docs/architecture.md),
+and ASan/UBSan must stay silent. The load code is imported from bench/, not
+copied.
 
 Nothing here asserts on speed; the invariant checker itself is tested on
 hand-made metrics first, so a checker that accepts everything would fail."""

@@ -2,10 +2,11 @@
 the official `openai` client and with raw HTTP.
 
 The small model is llama-Q8_0 from ../shared/models (tests skip when it is
-absent); one group runs against the real Gemma 3 270M model from PyPI, and
-one against the AddressSanitizer build (FT_ASAN_BIN) when CI provides it.
-Nothing here asserts on speed: timings are only checked against each other
-(DESIGN.md §3 invariants) and against what the client measured."""
+absent); one group runs against the real Gemma 3 270M model from PyPI, and one
+against the AddressSanitizer build (FT_ASAN_BIN) when CI provides it. Nothing
+here asserts on speed: timings are only checked against each other (the
+invariants of docs/architecture.md, Metrics contract) and against what the
+client measured."""
 import http.client
 import json
 import os
@@ -156,7 +157,8 @@ def model_id(s):
 
 
 def check_metrics(m, usage):
-    """The invariants of DESIGN.md §3, on one response's metrics and usage."""
+    """The invariants of the metrics contract (docs/architecture.md), on one
+    response's metrics and usage."""
     assert list(m.keys()) == METRIC_FIELDS, m.keys()
     assert set(m["inter_token_latency_ms"]) == {"p50", "p90", "p99", "max"}
     assert usage["prompt_tokens"] == m["cached_prompt_tokens"] + m["prefill_tokens"]

@@ -1,9 +1,9 @@
-"""End-to-end tests of continuous batching in `ft serve`: concurrent
-requests give the greedy output they give one at a time, the block prefix
-cache reports cached tokens for a shared prompt prefix, every response
-keeps the metrics invariants of DESIGN.md §3 while requests share steps,
-and an abandoned stream leaves the others running. Nothing here asserts on
-speed."""
+"""End-to-end tests of continuous batching in `ft serve`: concurrent requests
+give the greedy output they give one at a time, the block prefix cache reports
+cached tokens for a shared prompt prefix, every response keeps the metrics
+invariants of docs/architecture.md (Metrics contract) while requests share
+steps, and an abandoned stream leaves the others running. Nothing here asserts
+on speed."""
 import http.client
 import json
 import threading

@@ -1,5 +1,5 @@
-/* The batch and KV-cache contract of ft_model_forward (DESIGN.md §4) on real
- * models from ../shared/models:
+/* The batch and KV-cache contract of ft_model_forward (docs/architecture.md,
+ * Models and the forward pass) on real models from ../shared/models:
  *   (a) a prompt in one batch and in chunks give the same logits, and one
  *       token at a time agrees with them (below);
  *   (b) two sequences interleaved in one batch give the logits each gives alone;

@@ -1,8 +1,8 @@
 /* The scheduler thread: FIFO admission, events, the metrics invariants of
- * DESIGN.md §3, the queue bound, continuous batching (several requests in
- * one step give the greedy output each gives alone), cancellation in
- * prefill and in decode, and shutdown with requests in flight (tiny llama
- * model from ../shared). */
+ * docs/architecture.md (Metrics contract), the queue bound, continuous
+ * batching (several requests in one step give the greedy output each gives
+ * alone), cancellation in prefill and in decode, and shutdown with requests
+ * in flight (tiny llama model from ../shared). */
 #include "ft_test_model.h"
 
 #include "ft/clock.h"

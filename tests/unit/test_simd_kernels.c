@@ -1,4 +1,4 @@
-/* Per-ISA kernels against the scalar reference (STYLE.md "Kernels").
+/* Per-ISA kernels against the scalar reference (docs/conventions.md, Kernels).
  *
  * For every kernel level this machine (or qemu) can run -- scalar, avx2,
  * avx512 on x86-64; scalar, neon, neon-dotprod, neon-i8mm on aarch64 -- and every type

@@ -1,5 +1,5 @@
 /* Stop strings over streamed text, and per-request metric definitions
- * (DESIGN.md §3) computed from hand-made stamps. */
+ * (docs/architecture.md, Metrics contract) computed from hand-made stamps. */
 #include "ft/clock.h"
 #include "ft/metrics.h"
 #include "ft/stop_strings.h"
