@@ -26,7 +26,9 @@
  * this file must run on; the loops that use it per element get a second
  * version compiled for FMA, which the loader picks when the CPU has it.
  * Both give the same bits: fmaf rounds once, in hardware or in libm. */
-#if defined(__x86_64__) && defined(__has_attribute)
+/* Not with clang before 16: its target_clones symbols cannot be called from
+ * another file (the fuzz build links them from engine/). */
+#if defined(__x86_64__) && defined(__has_attribute) && (!defined(__clang__) || __clang_major__ >= 16)
 #if __has_attribute(target_clones)
 #define FMA_CLONES __attribute__((target_clones("fma", "default")))
 #endif
