@@ -5,6 +5,7 @@
 #include "common_model.h"
 #include "ft/chat_template.h"
 #include "ft/common.h"
+#include "ft/kv_events.h"
 #include "ft/server.h"
 
 #include <stdio.h>
@@ -12,7 +13,8 @@
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
-               *numa = NULL, *metrics_compat = NULL;
+               *numa = NULL, *metrics_compat = NULL, *kv_events = NULL, *kv_events_replay = NULL,
+               *kv_events_topic = "", *kv_events_format = "map";
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1;
     bool metrics = false, no_prefix_cache = false, use_mmap = false;
@@ -40,6 +42,15 @@ int ft_cmd_serve(int argc, char **argv) {
          "add the per-request \"metrics\" object to every response"},
         {NULL, "--metrics-compat", FT_OPT_STR, &metrics_compat, "NAME",
          "GET /metrics also under another engine's names: vllm (vllm:num_requests_waiting, ...)"},
+        {NULL, "--kv-events", FT_OPT_STR, &kv_events, "ENDPOINT",
+         "publish the prefix cache's KV-block events in vLLM's format on a ZeroMQ PUB socket: tcp://*:5557 "
+         "binds (as do ipc:// and [::]), tcp://HOST:PORT connects to a collector"},
+        {NULL, "--kv-events-replay", FT_OPT_STR, &kv_events_replay, "ENDPOINT",
+         "also bind a ZeroMQ ROUTER socket that replays recent event batches from a sequence number"},
+        {NULL, "--kv-events-topic", FT_OPT_STR, &kv_events_topic, "TOPIC",
+         "first frame of every KV-event message (default empty; llm-d reads kv@POD@MODEL)"},
+        {NULL, "--kv-events-format", FT_OPT_STR, &kv_events_format, "FMT",
+         "map: events as vLLM v0.26 sends them (default); array: positional, as vLLM up to v0.23"},
         {NULL, "--api-key", FT_OPT_STR, &api_key, "KEY",
          "require 'Authorization: Bearer KEY' (all but /health and /livez)"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
@@ -111,6 +122,27 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --metrics-compat must be vllm (got '%s')\n", metrics_compat);
         return 2;
     }
+    char why[160];
+    if (kv_events && !ft_kv_events_endpoint_ok(kv_events, why, sizeof(why))) {
+        fprintf(stderr, "ft serve: --kv-events: %s (got '%s')\n", why, kv_events);
+        return 2;
+    }
+    if (kv_events_replay && !ft_kv_events_endpoint_ok(kv_events_replay, why, sizeof(why))) {
+        fprintf(stderr, "ft serve: --kv-events-replay: %s (got '%s')\n", why, kv_events_replay);
+        return 2;
+    }
+    if (!kv_events && (kv_events_replay || *kv_events_topic)) {
+        fprintf(stderr, "ft serve: --kv-events-replay and --kv-events-topic need --kv-events\n");
+        return 2;
+    }
+    if (kv_events && no_prefix_cache) {
+        fprintf(stderr, "ft serve: --kv-events reports the prefix cache; it cannot go with --no-prefix-cache\n");
+        return 2;
+    }
+    if (strcmp(kv_events_format, "map") != 0 && strcmp(kv_events_format, "array") != 0) {
+        fprintf(stderr, "ft serve: --kv-events-format must be map or array (got '%s')\n", kv_events_format);
+        return 2;
+    }
     if (api_key && !*api_key) {
         fprintf(stderr, "ft serve: --api-key must not be empty\n");
         return 2;
@@ -121,6 +153,21 @@ int ft_cmd_serve(int argc, char **argv) {
     mp.mmap = use_mmap;
     if (!model && !(model = ft_cli_default_model("serve")))
         return 2;
+    struct ft_kv_events *ev = NULL;
+    if (kv_events) {
+        const struct ft_kv_events_config kc = {
+            .endpoint = kv_events,
+            .replay_endpoint = kv_events_replay,
+            .topic = kv_events_topic,
+            .format = strcmp(kv_events_format, "array") ? FT_KV_EVENTS_MAP : FT_KV_EVENTS_ARRAY,
+        };
+        ft_clear_error();
+        const int rc = ft_kv_events_new(&kc, &ev);
+        if (rc) {
+            ft_cli_error("serve", rc, "cannot publish KV events");
+            return 1;
+        }
+    }
     const struct ft_server_config cfg = {
         .model_path = model,
         .model_alias = alias,
@@ -141,6 +188,9 @@ int ft_cmd_serve(int argc, char **argv) {
         .max_queue = max_queue,
         .timeout_s = timeout,
         .shutdown_timeout_s = shutdown_timeout,
+        .kv_events = ev,
     };
-    return ft_server_run(&cfg);
+    const int status = ft_server_run(&cfg);
+    ft_kv_events_free(ev); /* after the scheduler's last events */
+    return status;
 }

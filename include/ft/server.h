@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct ft_kv_events;
+
 struct ft_server_config {
     const char *model_path;
     const char *model_alias;        /* id in responses and /v1/models; NULL: the file name */
@@ -29,6 +31,8 @@ struct ft_server_config {
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
     int timeout_s;                  /* idle connection / slow request / stalled write timeout; generation has none */
     int shutdown_timeout_s;         /* SIGTERM: in-flight requests get this long before they are cancelled */
+    struct ft_kv_events *kv_events; /* --kv-events: the prefix cache's events go there; NULL: none. The
+                                       caller frees it after ft_server_run returns */
 };
 
 /* Listen, load the model in the background (GET /health answers 503 until
