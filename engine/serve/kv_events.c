@@ -73,6 +73,7 @@ struct ft_kv_events {
     size_t r_bytes;
     uint64_t seq; /* next sequence number */
     uint64_t dropped_logged;
+    double warned_at; /* CLOCK_MONOTONIC seconds of the last warning about drops */
 
     atomic_uint_least64_t n_batches, n_events, n_dropped;
 };
@@ -344,20 +345,18 @@ static void publish(struct ft_kv_events *ev, const struct event *e, int32_t n, m
  * kept batch from start on, then [identity, "", -1, ""]. Anything else is
  * read and ignored. */
 static void serve_replay(struct ft_kv_events *ev) {
-    zmq_msg_t parts[3];
-    int n = 0, more = 1;
-    while (more) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, ev->router, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
+    zmq_msg_t parts[3], extra;
+    int n = 0;
+    for (bool more = true; more;) {
+        zmq_msg_t *m = n < 3 ? &parts[n] : &extra;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, ev->router, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(m);
             break;
         }
-        more = zmq_msg_more(&m);
-        if (n < 3)
-            parts[n] = m; /* moved: closed below */
-        else
-            zmq_msg_close(&m);
+        more = zmq_msg_more(m);
+        if (m == &extra)
+            zmq_msg_close(m);
         n++;
     }
     const bool ok = n == 3 && zmq_msg_size(&parts[1]) == 0 && zmq_msg_size(&parts[2]) == 8;
@@ -412,11 +411,17 @@ static void *thread_main(void *arg) {
         ev->spare = taken;
         if (n)
             publish(ev, taken, n, &sbuf);
+        /* At most one warning every 10 s: a queue that overflows once
+         * overflows again at every step until the load changes. */
         const uint64_t dropped = atomic_load(&ev->n_dropped);
-        if (dropped != ev->dropped_logged) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        const double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+        if (dropped != ev->dropped_logged && (!ev->dropped_logged || t - ev->warned_at >= 10.0)) {
             FT_LOG_W("KV-event queue full (%d events): dropped %llu events so far and sent AllBlocksCleared",
                      (int)ev->cfg.max_queue, (unsigned long long)dropped);
             ev->dropped_logged = dropped;
+            ev->warned_at = t;
         }
         if (stop)
             break;
@@ -447,6 +452,7 @@ int ft_kv_events_new(const struct ft_kv_events_config *cfg, struct ft_kv_events 
     ev->cfg = *cfg;
     if (ev->cfg.max_queue <= 0)
         ev->cfg.max_queue = DEFAULT_QUEUE;
+    ev->cfg.max_queue = FT_MAX(ev->cfg.max_queue, 2); /* an overflow leaves AllBlocksCleared and the new event */
     if (ev->cfg.replay_batches <= 0)
         ev->cfg.replay_batches = DEFAULT_REPLAY_BATCHES;
     if (!ev->cfg.replay_bytes)

@@ -45,7 +45,7 @@ struct ft_kv_events_config {
     const char *replay_endpoint; /* ROUTER socket, always bound; NULL: no replay */
     const char *topic;           /* first frame of every message; NULL: "" */
     enum ft_kv_events_format format;
-    int32_t max_queue;      /* events waiting for the publisher at most; <= 0: 16384 */
+    int32_t max_queue;      /* events waiting for the publisher at most (>= 2); <= 0: 16384 */
     int32_t replay_batches; /* batches kept for replay at most; <= 0: 10000 (vLLM's default) */
     size_t replay_bytes;    /* and at most these bytes of them; 0: 64 MiB */
 };
