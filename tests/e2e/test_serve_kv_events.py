@@ -4,15 +4,18 @@ against the prompts sent: every stored block is a 16-token window of a
 prompt at its place in the chain, its hash is the one README documents
 (recomputed here from the tokens), every removed block was stored before
 and is removed after the blocks that continue it, the sequence numbers
-count up by one, and the ROUTER socket replays the same bytes."""
+count up by one, and the ROUTER socket replays the same bytes. The server
+tests run on the release build and, when FT_ASAN_BIN is set, on the
+AddressSanitizer build (no report allowed)."""
 import concurrent.futures
+import os
 import random
 import socket
 import time
 
 import pytest
 
-from conftest import run_ft
+from conftest import ft_bin, run_ft
 from test_serve import Server, tiny_model
 
 zmq = pytest.importorskip("zmq")
@@ -183,6 +186,27 @@ def completion(s, prompt, max_tokens=1, **kw):
     return body
 
 
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+
+
+@pytest.fixture(params=["release", "asan"])
+def binary(request):
+    if request.param == "release":
+        return {"binary": ft_bin(), "env": None}
+    asan = os.environ.get("FT_ASAN_BIN")
+    if not asan or not os.path.exists(asan):
+        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
+    return {"binary": asan, "env": ASAN_ENV}
+
+
+def stop_clean(s):
+    rc = s.stop()
+    err = s.stderr()
+    assert not any(m in err for m in SANITIZER_MARKS), err
+    assert rc == 0, err
+
+
 @pytest.fixture(scope="module")
 def ctx():
     c = zmq.Context()
@@ -190,7 +214,7 @@ def ctx():
     c.destroy(linger=0)
 
 
-def test_kv_events_match_prefix_cache(ctx):
+def test_kv_events_match_prefix_cache(ctx, binary):
     sub = Subscriber(ctx)
     replay_port = free_port()
     # 1 MiB of prefix cache holds 64 idle blocks of this model: the prompts
@@ -198,7 +222,7 @@ def test_kv_events_match_prefix_cache(ctx):
     s = Server(tiny_model(), "-c", "512", "--parallel", "2", "--cache-mib", "1",
                "--kv-events", f"tcp://127.0.0.1:{sub.port}",
                "--kv-events-replay", f"tcp://127.0.0.1:{replay_port}",
-               "--kv-events-topic", TOPIC.decode())
+               "--kv-events-topic", TOPIC.decode(), **binary)
     try:
         rng = random.Random(16)
         tok = lambda n: [rng.randrange(3, 8000) for _ in range(n)]
@@ -256,18 +280,18 @@ def test_kv_events_match_prefix_cache(ctx):
         assert replay(ctx, replay_port, mid) == everything[mid:]
         assert replay(ctx, replay_port, len(everything) + 5) == []
     finally:
-        assert s.stop() == 0, s.stderr()
+        stop_clean(s)
     # Stopping drops the cache: the last batch says so.
     last = sub.drain(quiet=2.0)[-1]
     assert decode(last[1])[-1] == {"type": "AllBlocksCleared"}
 
 
-def test_kv_events_array_format_and_generated_tokens(ctx):
+def test_kv_events_array_format_and_generated_tokens(ctx, binary):
     """--kv-events-format array: vLLM's positional layout (up to v0.23).
     Blocks filled by generated tokens are announced too."""
     sub = Subscriber(ctx)
     s = Server(tiny_model(), "-c", "256", "--parallel", "1", "--kv-events", f"tcp://127.0.0.1:{sub.port}",
-               "--kv-events-topic", TOPIC.decode(), "--kv-events-format", "array")
+               "--kv-events-topic", TOPIC.decode(), "--kv-events-format", "array", **binary)
     try:
         rng = random.Random(3)
         for _ in range(50):
@@ -294,7 +318,7 @@ def test_kv_events_array_format_and_generated_tokens(ctx):
             assert h == chain_hash(parent, tokens[i * BT:(i + 1) * BT])
             parent = h
     finally:
-        assert s.stop() == 0, s.stderr()
+        stop_clean(s)
 
 
 @pytest.mark.parametrize("args, msg", [
