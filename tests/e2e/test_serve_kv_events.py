@@ -20,6 +20,7 @@ from test_serve import Server, tiny_model
 
 zmq = pytest.importorskip("zmq")
 msgpack = pytest.importorskip("msgpack")
+prom_parser = pytest.importorskip("prometheus_client.parser")
 
 BT = 16
 MASK = (1 << 64) - 1
@@ -274,6 +275,16 @@ def test_kv_events_match_prefix_cache(ctx, binary):
         assert n_removed > 0, "no eviction: the test did not exercise BlockRemoved"
         # Chained blocks of one step travel in one BlockStored.
         assert any(len(e["block_hashes"]) > 1 for _, evs in batches for e in evs if e["type"] == "BlockStored")
+
+        # /metrics counts what was published: the batches (the next
+        # sequence number), one event per block plus the clears pushed
+        # after the first batch, none dropped.
+        fams = {f.name: f for f in prom_parser.text_string_to_metric_families(s.request("GET", "/metrics")[2].decode())}
+        counter = lambda name: fams[name].samples[0].value
+        assert counter("ft_kv_events_batches") == len(everything)
+        per_block = sum(len(e["block_hashes"]) if "block_hashes" in e else 1 for _, evs in batches[1:] for e in evs)
+        assert counter("ft_kv_events") == per_block
+        assert counter("ft_kv_events_dropped") == 0
 
         # Replay from the middle, and from past the end.
         mid = len(everything) // 2
