@@ -5,6 +5,7 @@
 #include "common_model.h"
 #include "ft/chat_template.h"
 #include "ft/common.h"
+#include "ft/kv_events.h"
 #include "ft/server.h"
 
 #include <errno.h>
@@ -84,7 +85,8 @@ static int read_key_file(const char *path, struct key_set *ks) {
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
-               *numa = NULL, *metrics_compat = NULL, *otlp = NULL;
+               *numa = NULL, *metrics_compat = NULL, *otlp = NULL, *kv_events = NULL, *kv_events_replay = NULL,
+               *kv_events_topic = "", *kv_events_format = "map";
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
         max_conns = 4096;
@@ -124,6 +126,15 @@ int ft_cmd_serve(int argc, char **argv) {
          "let browser pages from ORIGIN (https://host[:port], or * for any) call the API; repeatable (default: none)"},
         {NULL, "--log-prompts", FT_OPT_FLAG, &log_prompts, NULL,
          "put each request's messages or prompt in its access-log line (default: never)"},
+        {NULL, "--kv-events", FT_OPT_STR, &kv_events, "ENDPOINT",
+         "publish the prefix cache's KV-block events in vLLM's format on a ZeroMQ PUB socket: tcp://*:5557 "
+         "binds (as do ipc:// and [::]), tcp://HOST:PORT connects to a collector"},
+        {NULL, "--kv-events-replay", FT_OPT_STR, &kv_events_replay, "ENDPOINT",
+         "also bind a ZeroMQ ROUTER socket that replays recent event batches from a sequence number"},
+        {NULL, "--kv-events-topic", FT_OPT_STR, &kv_events_topic, "TOPIC",
+         "first frame of every KV-event message (default empty; llm-d reads kv@POD@MODEL)"},
+        {NULL, "--kv-events-format", FT_OPT_STR, &kv_events_format, "FMT",
+         "map: events as vLLM v0.26 sends them (default); array: positional, as vLLM up to v0.23"},
         {NULL, "--log-format", FT_OPT_STR, &log_format, "FMT", "access log on stdout: text (default) or json"},
         {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE|NAME",
          "Jinja chat template file, or a built-in template (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
@@ -208,6 +219,27 @@ int ft_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "ft serve: --metrics-compat must be vllm (got '%s')\n", metrics_compat);
         return 2;
     }
+    char why[160];
+    if (kv_events && !ft_kv_events_endpoint_ok(kv_events, why, sizeof(why))) {
+        fprintf(stderr, "ft serve: --kv-events: %s (got '%s')\n", why, kv_events);
+        return 2;
+    }
+    if (kv_events_replay && !ft_kv_events_endpoint_ok(kv_events_replay, why, sizeof(why))) {
+        fprintf(stderr, "ft serve: --kv-events-replay: %s (got '%s')\n", why, kv_events_replay);
+        return 2;
+    }
+    if (!kv_events && (kv_events_replay || *kv_events_topic)) {
+        fprintf(stderr, "ft serve: --kv-events-replay and --kv-events-topic need --kv-events\n");
+        return 2;
+    }
+    if (kv_events && no_prefix_cache) {
+        fprintf(stderr, "ft serve: --kv-events reports the prefix cache; it cannot go with --no-prefix-cache\n");
+        return 2;
+    }
+    if (strcmp(kv_events_format, "map") != 0 && strcmp(kv_events_format, "array") != 0) {
+        fprintf(stderr, "ft serve: --kv-events-format must be map or array (got '%s')\n", kv_events_format);
+        return 2;
+    }
     for (int i = 0; i < keys.n; i++) {
         if (!*keys.items[i]) {
             fprintf(stderr, "ft serve: --api-key must not be empty\n");
@@ -221,20 +253,39 @@ int ft_cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
-    struct key_set ks = {0};
-    for (int i = 0; i < keys.n; i++)
-        if (key_set_add(&ks, keys.items[i], strlen(keys.items[i])))
-            return 1;
-    if (key_file && read_key_file(key_file, &ks)) {
-        key_set_free(&ks);
-        return 2;
-    }
     struct ft_model_params mp;
     if (ft_cli_model_params("serve", threads, numa, numa_node, &mp))
         return 2;
     mp.mmap = use_mmap;
     if (!model && !(model = ft_cli_default_model("serve")))
         return 2;
+    struct key_set ks = {0};
+    for (int i = 0; i < keys.n; i++) {
+        if (key_set_add(&ks, keys.items[i], strlen(keys.items[i]))) {
+            key_set_free(&ks);
+            return 1;
+        }
+    }
+    if (key_file && read_key_file(key_file, &ks)) {
+        key_set_free(&ks);
+        return 2;
+    }
+    struct ft_kv_events *ev = NULL;
+    if (kv_events) {
+        const struct ft_kv_events_config kc = {
+            .endpoint = kv_events,
+            .replay_endpoint = kv_events_replay,
+            .topic = kv_events_topic,
+            .format = strcmp(kv_events_format, "array") ? FT_KV_EVENTS_MAP : FT_KV_EVENTS_ARRAY,
+        };
+        ft_clear_error();
+        const int rc = ft_kv_events_new(&kc, &ev);
+        if (rc) {
+            ft_cli_error("serve", rc, "cannot publish KV events");
+            key_set_free(&ks);
+            return 1;
+        }
+    }
     const struct ft_server_config cfg = {
         .model_path = model,
         .model_alias = alias,
@@ -262,8 +313,10 @@ int ft_cmd_serve(int argc, char **argv) {
         .request_timeout_s = request_timeout,
         .max_conns = max_conns,
         .shutdown_timeout_s = shutdown_timeout,
+        .kv_events = ev,
     };
     const int status = ft_server_run(&cfg);
     key_set_free(&ks);
+    ft_kv_events_free(ev); /* after the scheduler's last events */
     return status;
 }

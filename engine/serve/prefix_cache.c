@@ -8,6 +8,7 @@
 #include "ft/prefix_cache.h"
 
 #include "ft/common.h"
+#include "ft/kv_events.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +43,14 @@ struct ft_prefix_cache {
     struct chain *seqs;
     int32_t n_seqs;
     int32_t n_nodes;
+    struct ft_kv_events *events; /* full nodes' stores and removals go there; NULL: none */
 };
 
+_Static_assert(FT_KV_EVENTS_BLOCK == BT, "KV events carry whole prefix-cache blocks");
+
+/* Also the block hash routers see (ft serve --kv-events): README "KV-cache
+ * events" gives this function for them to compute it from a prompt, so a
+ * change here is a change of the published format. */
 static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int32_t n) {
     uint64_t h = parent ^ 0xcbf29ce484222325ull;
     for (int32_t i = 0; i < n; i++) {
@@ -102,9 +109,15 @@ oom:
     return FT_ENOMEM;
 }
 
+void ft_prefix_cache_set_events(struct ft_prefix_cache *pc, struct ft_kv_events *ev) {
+    if (pc)
+        pc->events = ev;
+}
+
 void ft_prefix_cache_free(struct ft_prefix_cache *pc) {
     if (!pc)
         return;
+    ft_kv_events_all_cleared(pc->events);
     if (pc->nodes) {
         for (int32_t i = 0; i < pc->n_blocks; i++)
             if (pc->nodes[i].n)
@@ -140,6 +153,7 @@ static void remove_node(struct ft_prefix_cache *pc, int32_t idx) {
         while (*p != idx)
             p = &pc->nodes[*p].hash_next;
         *p = nd->hash_next;
+        ft_kv_events_block_removed(pc->events, nd->hash);
     }
     nd->n = 0;
     pc->n_nodes--;
@@ -176,6 +190,10 @@ static bool add_node(struct ft_prefix_cache *pc, int32_t block, int32_t parent, 
         int32_t *bucket = &pc->buckets[hash & pc->bucket_mask];
         nd->hash_next = *bucket;
         *bucket = block;
+        /* Only full blocks are announced (as vLLM does): a partial one is
+         * reused only by the prompts that extend it, which no router can
+         * match by block hash. */
+        ft_kv_events_block_stored(pc->events, hash, parent != NONE, parent_hash(pc, parent), tokens);
     }
     pc->n_nodes++;
     return true;

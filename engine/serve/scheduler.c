@@ -17,6 +17,7 @@
 
 #include "ft/clock.h"
 #include "ft/common.h"
+#include "ft/kv_events.h"
 #include "ft/prefix_cache.h"
 
 #include <pthread.h>
@@ -277,6 +278,7 @@ static void *thread_main(void *arg) {
             admit(s, r);
         }
         step(s);
+        ft_kv_events_flush(s->p.kv_events); /* the step's stores and evictions, as one batch */
     }
     for (int32_t i = 0; i < s->p.n_slots; i++)
         if (s->slots[i].r)
@@ -332,6 +334,7 @@ int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, st
         (rc = ft_kv_cache_new_pool(m, p->n_ctx, p->n_slots, n_blocks, &s->kv)) ||
         (rc = ft_prefix_cache_new(s->kv, p->prefix_reuse, &s->pc)))
         goto fail;
+    ft_prefix_cache_set_events(s->pc, p->kv_events);
     ft_kv_cache_set_idle_limit(s->kv, cache_blocks);
     s->slots = calloc((size_t)p->n_slots, sizeof(*s->slots));
     s->logits = malloc(sizeof(float) * (size_t)s->n_vocab * (size_t)p->n_slots);
@@ -377,7 +380,8 @@ void ft_scheduler_free(struct ft_scheduler *s) {
     free(s->b_seq);
     free(s->b_want);
     free(s->prefill_order);
-    ft_prefix_cache_free(s->pc);
+    ft_prefix_cache_free(s->pc); /* AllBlocksCleared */
+    ft_kv_events_flush(s->p.kv_events);
     ft_kv_cache_free(s->kv);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);

@@ -53,6 +53,13 @@ void ft_prefix_cache_update(struct ft_prefix_cache *pc, int32_t seq, const int32
 void ft_prefix_cache_release(struct ft_prefix_cache *pc, int32_t seq, const int32_t *a, int32_t na,
                              const int32_t *b, int32_t nb);
 
+/* Report to ev (include/ft/kv_events.h) every full block that becomes a
+ * node (BlockStored: its chain hash, its parent's, its tokens), every full
+ * node dropped (BlockRemoved) and, from ft_prefix_cache_free, the end of
+ * them all (AllBlocksCleared). NULL stops reporting. The caller flushes. */
+struct ft_kv_events;
+void ft_prefix_cache_set_events(struct ft_prefix_cache *pc, struct ft_kv_events *ev);
+
 /* Blocks the cache holds (in use by sequences or idle). */
 int32_t ft_prefix_cache_blocks(const struct ft_prefix_cache *pc);
 

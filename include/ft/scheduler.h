@@ -61,6 +61,7 @@ struct ft_scheduler_params {
     int32_t n_batch;    /* tokens per step (decode tokens plus prompt chunks) */
     int32_t cache_mib;  /* KV pool beyond what n_slots full sequences need, kept for the prefix cache */
     int32_t max_queue; /* submitted requests waiting at most (FT_EFULL beyond) */
+    struct ft_kv_events *kv_events; /* the prefix cache's events, flushed once per step; NULL: none */
     ft_event_fn on_event;
     void *ud;
 };

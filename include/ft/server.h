@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct ft_kv_events;
+
 struct ft_server_config {
     const char *model_path;
     const char *model_alias;        /* id in responses and /v1/models; NULL: the file name */
@@ -36,6 +38,8 @@ struct ft_server_config {
     int request_timeout_s;          /* a request head from its first byte, a stalled body */
     int max_conns;                  /* client connections open at once (the longest idle one makes room) */
     int shutdown_timeout_s;         /* SIGTERM: in-flight requests get this long before they are cancelled */
+    struct ft_kv_events *kv_events; /* --kv-events: the prefix cache's events go there; NULL: none. The
+                                       caller frees it after ft_server_run returns */
 };
 
 /* Listen, load the model in the background (GET /health answers 503 until
