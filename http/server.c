@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "conn.h"
 #include "errors.h"
+#include "logprobs_json.h"
 #include "prometheus.h"
 #include "request_parse.h"
 #include "responses.h"
@@ -97,6 +98,14 @@ struct srv {
     int exit_status;
 };
 
+/* One choice of a request (loop thread only). */
+struct srv_choice {
+    struct evbuffer *text;      /* non-streaming: the completion so far */
+    struct ft_token_logprob *lp; /* with logprobs: the tokens not yet answered (streaming: not yet sent) */
+    int32_t n_lp, cap_lp;
+    int64_t text_offset;        /* completions' logprobs: characters before the next token */
+};
+
 /* One generation request, from parsing to the last byte. */
 struct srv_req {
     struct srv *srv;
@@ -112,10 +121,10 @@ struct srv_req {
     /* Loop thread only. */
     struct ft_conn *conn;          /* NULL once the client is gone or answered */
     bool gone;                     /* the client went away first */
-    struct evbuffer *text;         /* non-streaming: the completion so far */
+    struct srv_choice *choices;    /* api.n of them */
     struct srv_req *prev, *next;   /* srv->inflight */
 
-    /* Guarded by srv->lock: pieces of text as [uint32 len][bytes][NUL]. */
+    /* Guarded by srv->lock: pieces of text as [struct piece][bytes][NUL]. */
     char *outbox;
     size_t out_len, out_cap;
     bool oom;    /* an outbox append failed: the text is incomplete */
@@ -182,8 +191,17 @@ static void check_drained(struct srv *s) {
 
 /* ---- the engine's side: events from the scheduler thread ------------------- */
 
-static void outbox_append(struct srv_req *r, const char *text, size_t len) {
-    const size_t need = r->out_len + sizeof(uint32_t) + len + 1;
+/* An outbox record's head; the text follows. */
+struct piece {
+    uint32_t len;
+    int32_t choice;
+    uint32_t has_lp;
+    struct ft_token_logprob lp;
+};
+
+static void outbox_append(struct srv_req *r, int32_t choice, const struct ft_token_logprob *lp, const char *text,
+                          size_t len) {
+    const size_t need = r->out_len + sizeof(struct piece) + len + 1;
     if (len > UINT32_MAX || need < r->out_len) {
         r->oom = true;
         return;
@@ -200,10 +218,13 @@ static void outbox_append(struct srv_req *r, const char *text, size_t len) {
         r->outbox = p;
         r->out_cap = cap;
     }
-    uint32_t l = (uint32_t)len;
-    memcpy(r->outbox + r->out_len, &l, sizeof(l));
-    memcpy(r->outbox + r->out_len + sizeof(l), text, len);
-    r->outbox[r->out_len + sizeof(l) + len] = '\0';
+    struct piece h = {.len = (uint32_t)len, .choice = choice, .has_lp = lp != NULL};
+    if (lp)
+        h.lp = *lp;
+    memcpy(r->outbox + r->out_len, &h, sizeof(h));
+    if (len)
+        memcpy(r->outbox + r->out_len + sizeof(h), text, len);
+    r->outbox[r->out_len + sizeof(h) + len] = '\0';
     r->out_len = need;
 }
 
@@ -213,7 +234,7 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
     struct srv_req *r = er->user;
     pthread_mutex_lock(&s->lock);
     if (ev == FT_EVENT_TEXT)
-        outbox_append(r, text, len);
+        outbox_append(r, er->event_choice, er->event_logprob, text, len);
     else
         r->done = true;
     if (!r->queued) {
@@ -235,12 +256,18 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
 static void srv_req_free(struct srv_req *r) {
     if (!r)
         return;
-    ft_api_request_free(&r->api);
     ft_request_timing_free(&r->er.timing);
     free(r->prompt);
     free(r->outbox);
-    if (r->text)
-        evbuffer_free(r->text);
+    if (r->choices) {
+        for (int32_t i = 0; i < r->api.n; i++) {
+            if (r->choices[i].text)
+                evbuffer_free(r->choices[i].text);
+            free(r->choices[i].lp);
+        }
+        free(r->choices);
+    }
+    ft_api_request_free(&r->api);
     free(r);
 }
 
@@ -272,16 +299,72 @@ static void on_client_gone(void *ud, void *active) {
     atomic_store(&r->er.cancel, true);
 }
 
-static void send_piece(struct srv_req *r, const char *text) {
+/* The logprobs of choice c's tokens not yet answered, as JSON (NULL
+ * without logprobs); they count as answered. */
+static cJSON *take_logprobs(struct srv_req *r, int32_t c) {
+    struct srv_choice *ch = &r->choices[c];
+    if (!r->api.logprobs || (r->api.stream && !ch->n_lp))
+        return NULL; /* a streamed chunk without tokens has "logprobs": null */
+    cJSON *j = ft_logprobs_json(r->ctx.endpoint, r->srv->backend->tok, ch->lp, ch->n_lp, r->api.tokens_as_ids,
+                                &ch->text_offset);
+    if (!j)
+        r->oom = true;
+    ch->n_lp = 0;
+    return j;
+}
+
+static void push_logprob(struct srv_req *r, struct srv_choice *ch, const struct ft_token_logprob *lp) {
+    if (ch->n_lp == ch->cap_lp) {
+        const int32_t cap = ch->cap_lp ? ch->cap_lp * 2 : 16;
+        struct ft_token_logprob *p = realloc(ch->lp, sizeof(*p) * (size_t)cap);
+        if (!p) {
+            r->oom = true;
+            return;
+        }
+        ch->lp = p;
+        ch->cap_lp = cap;
+    }
+    ch->lp[ch->n_lp++] = *lp;
+}
+
+/* A piece of choice c's text; a streamed chunk carries the logprobs of the
+ * tokens sampled since the last one (a token whose text is held back, as
+ * part of a UTF-8 character or of a possible stop string, goes with the
+ * chunk that releases text after it, or with the finish chunk). */
+static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t len, const struct ft_token_logprob *lp) {
+    if (c < 0 || c >= r->api.n)
+        return;
+    struct srv_choice *ch = &r->choices[c];
+    if (lp && r->api.logprobs)
+        push_logprob(r, ch, lp);
     if (!r->api.stream) {
-        evbuffer_add(r->text, text, strlen(text));
+        evbuffer_add(ch->text, text, len);
         return;
     }
-    if (!r->conn)
+    if (!r->conn || !len)
         return;
-    char *chunk = ft_resp_chunk_text(&r->ctx, text);
+    char *chunk = ft_resp_chunk_text(&r->ctx, c, text, take_logprobs(r, c));
     ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
     free(chunk);
+}
+
+/* The non-streaming body: every choice's text, finish reason and logprobs. */
+static char *completion_body(struct srv_req *r, const struct ft_request_metrics *m,
+                             const struct ft_request_metrics *metrics) {
+    struct ft_resp_choice *cs = calloc((size_t)r->api.n, sizeof(*cs));
+    if (!cs)
+        return NULL;
+    for (int32_t i = 0; i < r->api.n; i++) {
+        evbuffer_add(r->choices[i].text, "", 1);
+        const char *t = (const char *)evbuffer_pullup(r->choices[i].text, -1);
+        cs[i] = (struct ft_resp_choice){t ? t : "", r->er.choice_finish[i], take_logprobs(r, i)};
+    }
+    char *body = r->oom ? NULL : ft_resp_completion(&r->ctx, cs, r->api.n, m, metrics);
+    if (r->oom)
+        for (int32_t i = 0; i < r->api.n; i++)
+            cJSON_Delete(cs[i].logprobs);
+    free(cs);
+    return body;
 }
 
 static void finish_request(struct srv *s, struct srv_req *r) {
@@ -306,10 +389,13 @@ static void finish_request(struct srv *s, struct srv_req *r) {
             ft_sse_send(r->conn, body);
             free(body);
         } else {
-            char *c = ft_resp_chunk_finish(&r->ctx, er->finish);
-            ft_sse_send(r->conn, c);
-            free(c);
+            for (int32_t i = 0; i < r->api.n && r->conn; i++) {
+                char *c = ft_resp_chunk_finish(&r->ctx, i, er->choice_finish[i], take_logprobs(r, i));
+                ft_sse_send(r->conn, c);
+                free(c);
+            }
             if (r->conn && (r->api.include_usage || metrics)) {
+                char *c;
                 c = ft_resp_chunk_final(&r->ctx, r->api.include_usage ? m : NULL, metrics);
                 ft_sse_send(r->conn, c);
                 free(c);
@@ -326,9 +412,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
                           strlen(body ? body : fallback));
             free(body);
         } else {
-            evbuffer_add(r->text, "", 1);
-            const char *text = (const char *)evbuffer_pullup(r->text, -1);
-            char *body = ft_resp_completion(&r->ctx, text ? text : "", er->finish, m, metrics);
+            char *body = completion_body(r, m, metrics);
             if (!body) {
                 status = 500;
                 error = "out of memory";
@@ -374,11 +458,11 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         r->out_len = r->out_cap = 0;
         const bool done = r->done;
         pthread_mutex_unlock(&s->lock);
-        for (size_t off = 0; off + sizeof(uint32_t) <= len;) {
-            uint32_t l;
-            memcpy(&l, box + off, sizeof(l));
-            send_piece(r, box + off + sizeof(l));
-            off += sizeof(l) + l + 1;
+        for (size_t off = 0; off + sizeof(struct piece) <= len;) {
+            struct piece h;
+            memcpy(&h, box + off, sizeof(h));
+            send_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL);
+            off += sizeof(h) + h.len + 1;
         }
         free(box);
         if (done)
@@ -401,8 +485,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     }
     struct ft_backend *b = s->backend;
     struct srv_req *r = calloc(1, sizeof(*r));
-    if (!r || (r->text = evbuffer_new()) == NULL) {
-        srv_req_free(r);
+    if (!r) {
         reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
         return;
     }
@@ -422,6 +505,23 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         srv_req_free(r);
         return;
     }
+    if (r->api.n > FT_MIN(b->n_parallel, FT_MAX_CHOICES)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "'n' is %d but this server generates at most %d sequences at once (-np %d): each choice needs one",
+                 (int)r->api.n, (int)FT_MIN(b->n_parallel, FT_MAX_CHOICES), (int)b->n_parallel);
+        reply_error(s, conn, req, endpoint, 400, msg, "n", NULL);
+        srv_req_free(r);
+        return;
+    }
+    bool oom = !(r->choices = calloc((size_t)r->api.n, sizeof(*r->choices)));
+    for (int32_t i = 0; !oom && i < r->api.n; i++)
+        oom = !(r->choices[i].text = evbuffer_new());
+    if (oom) {
+        reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
+        srv_req_free(r);
+        return;
+    }
     if (ft_backend_prompt(b, &r->api, &r->prompt, &r->er.n_prompt, &err)) {
         reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
@@ -438,6 +538,9 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->er.params.ignore_eos = r->api.ignore_eos;
     r->er.params.stops = (const char *const *)r->api.stops;
     r->er.params.n_stops = r->api.n_stops;
+    r->er.params.logprobs = r->api.logprobs;
+    r->er.params.top_logprobs = r->api.top_logprobs;
+    r->er.n_choices = r->api.n;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));
@@ -462,8 +565,8 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     ft_conn_set_active(conn, r);
     if (r->api.stream) {
         ft_sse_start(conn);
-        if (ep == FT_API_CHAT) {
-            char *c = ft_resp_chunk_role(&r->ctx);
+        for (int32_t i = 0; ep == FT_API_CHAT && i < r->api.n && r->conn; i++) {
+            char *c = ft_resp_chunk_role(&r->ctx, i);
             ft_sse_send(conn, c);
             free(c);
         }
