@@ -36,10 +36,9 @@ void ft_logprobs_compute(const float *logits, int32_t n_vocab, int32_t token, in
     float mx = logits[0];
     for (int32_t i = 1; i < n_vocab; i++)
         mx = logits[i] > mx ? logits[i] : mx;
-    /* Eight float partial sums keep the loop vectorizable; each holds at
-     * most n_vocab / 8 terms <= 1, so float loses nothing that matters,
-     * and they are added in double. */
-    float part[8] = {0};
+    /* Eight partial sums in double: a float sum of 32k terms drifts by
+     * ~1e-5 (test_choices checks 1e-5 against a double reference). */
+    double part[8] = {0};
     int32_t i = 0;
     for (; i + 8 <= n_vocab; i += 8)
         for (int j = 0; j < 8; j++)

@@ -7,7 +7,9 @@ log-softmax of every position's full row (the tiny model's vocabulary has
 8000 tokens, so `--top 8000` is the whole row). The server computes them
 one decode step at a time, so the two agree to float rounding of batched
 versus single-row kernels, not bit for bit."""
+import http.client
 import json
+import os
 import re
 
 import numpy as np
@@ -18,22 +20,33 @@ from test_serve import Server, check_error, model_id, sse_events, tiny_model
 
 openai = pytest.importorskip("openai")
 
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 N_VOCAB = 8000
 PROMPT_IDS = [1, 2655, 7767, 1238, 3237, 5335, 398, 596, 6730, 4392, 774, 2998]  # llama-Q8_0.json
 
 
+def stop_clean(s):
+    """SIGTERM; exit 0 and no sanitizer report (FT_BIN may be the ASan build)."""
+    rc = s.stop()
+    err = s.stderr()
+    assert not any(m in err for m in SANITIZER_MARKS), err
+    assert rc == 0, err
+
+
 @pytest.fixture(scope="module")
 def srv():
-    s = Server(tiny_model(), "-c", "512", "--parallel", "4", "--enable-performance-metrics")
+    s = Server(tiny_model(), "-c", "512", "--parallel", "4", "--enable-performance-metrics", env=ASAN_ENV)
     yield s
-    assert s.stop() == 0, s.stderr()
+    stop_clean(s)
 
 
 @pytest.fixture(scope="module")
 def srv_nocache():
-    s = Server(tiny_model(), "-c", "512", "--parallel", "4", "--no-prefix-cache", "--enable-performance-metrics")
+    s = Server(tiny_model(), "-c", "512", "--parallel", "4", "--no-prefix-cache", "--enable-performance-metrics",
+               env=ASAN_ENV)
     yield s
-    assert s.stop() == 0, s.stderr()
+    stop_clean(s)
 
 
 def log_softmax_rows(ids):
@@ -393,3 +406,33 @@ def test_n_waits_for_free_slots_and_others_run(srv):
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert r.usage.completion_tokens == 80 and out["long"].usage.completion_tokens == 60
     check_metrics_n(r.model_extra["metrics"], r.usage.model_dump(), 4)
+
+
+def test_choices_on_the_sanitizer_build():
+    """n, logprobs, abandoned streams of several choices and a shutdown with
+    choices in flight, on the AddressSanitizer build: no report, exit 0."""
+    asan = os.environ.get("FT_ASAN_BIN")
+    if not asan or not os.path.exists(asan):
+        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
+    s = Server(tiny_model(), "-c", "256", "--parallel", "3", binary=asan, env=ASAN_ENV)
+    try:
+        cl = s.client()
+        r = cl.chat.completions.create(model=model_id(s), messages=[{"role": "user", "content": "Hello"}], n=3,
+                                       max_tokens=6, temperature=0.9, seed=1, logprobs=True, top_logprobs=20)
+        assert len(r.choices) == 3 and all(len(c.logprobs.content) >= 1 for c in r.choices)
+        ev = sse_events(s, "/v1/completions", {"prompt": "Hello", "n": 3, "max_tokens": 6, "stream": True,
+                                               "logprobs": 20, "stream_options": {"include_usage": True}})
+        assert ev[-1] == "[DONE]" and ev[-2]["usage"]["completion_tokens"] >= 3
+        for body in ({"prompt": "x", "n": 4}, {"prompt": "x", "logprobs": 99}, {"prompt": "x", "n": "3"}):
+            assert s.post("/v1/completions", body)[0] == 400
+        # Abandon a stream of three choices, then shut down with another in flight.
+        for _ in range(2):
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+            c.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
+                      body=json.dumps({"prompt": "x", "n": 3, "max_tokens": 200, "stream": True, "logprobs": 5,
+                                       "ignore_eos": True}))
+            c.getresponse().fp.readline()
+            c.close()
+        assert s.request("GET", "/health")[0] == 200
+    finally:
+        stop_clean(s)
