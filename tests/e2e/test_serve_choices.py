@@ -436,3 +436,23 @@ def test_choices_on_the_sanitizer_build():
         assert s.request("GET", "/health")[0] == 200
     finally:
         stop_clean(s)
+
+
+def test_n_with_stop_string_and_logprobs(srv):
+    """Each choice stops on its own; the text leaves the stop string out, the
+    logprobs keep every token counted in usage (the last one completes the
+    stop string)."""
+    cl = srv.client()
+    kw = dict(model=model_id(srv), prompt="The lighthouse keeper", max_tokens=16, temperature=0,
+              extra_body={"ignore_eos": True})
+    full = cl.completions.create(**kw).choices[0].text
+    stop = full[6:9]
+    assert len(stop) == 3 and full.index(stop) >= 1
+    r = cl.completions.create(n=2, stop=[stop], logprobs=0, **kw)
+    for c in r.choices:
+        assert c.finish_reason == "stop" and c.text == full[:full.index(stop)]
+        joined = "".join(c.logprobs.tokens)
+        assert joined.startswith(c.text) and stop in joined[len(c.text):]
+        # Generation stopped at the token that completed the stop string.
+        assert stop not in "".join(c.logprobs.tokens[:-1])[len(c.text):]
+    assert r.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in r.choices)
