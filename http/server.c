@@ -104,6 +104,7 @@ struct srv_choice {
     struct ft_token_logprob *lp; /* with logprobs: the tokens not yet answered (streaming: not yet sent) */
     int32_t n_lp, cap_lp;
     int64_t text_offset;        /* completions' logprobs: characters before the next token */
+    bool finished;              /* streaming: its finish chunk is sent */
 };
 
 /* One generation request, from parsing to the last byte. */
@@ -196,11 +197,12 @@ struct piece {
     uint32_t len;
     int32_t choice;
     uint32_t has_lp;
+    int32_t finish; /* enum ft_finish_reason: the choice's last piece */
     struct ft_token_logprob lp;
 };
 
-static void outbox_append(struct srv_req *r, int32_t choice, const struct ft_token_logprob *lp, const char *text,
-                          size_t len) {
+static void outbox_append(struct srv_req *r, int32_t choice, const struct ft_token_logprob *lp,
+                          enum ft_finish_reason finish, const char *text, size_t len) {
     const size_t need = r->out_len + sizeof(struct piece) + len + 1;
     if (len > UINT32_MAX || need < r->out_len) {
         r->oom = true;
@@ -218,7 +220,7 @@ static void outbox_append(struct srv_req *r, int32_t choice, const struct ft_tok
         r->outbox = p;
         r->out_cap = cap;
     }
-    struct piece h = {.len = (uint32_t)len, .choice = choice, .has_lp = lp != NULL};
+    struct piece h = {.len = (uint32_t)len, .choice = choice, .has_lp = lp != NULL, .finish = (int32_t)finish};
     if (lp)
         h.lp = *lp;
     memcpy(r->outbox + r->out_len, &h, sizeof(h));
@@ -234,7 +236,7 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
     struct srv_req *r = er->user;
     pthread_mutex_lock(&s->lock);
     if (ev == FT_EVENT_TEXT)
-        outbox_append(r, er->event_choice, er->event_logprob, text, len);
+        outbox_append(r, er->event_choice, er->event_logprob, er->event_finish, text, len);
     else
         r->done = true;
     if (!r->queued) {
@@ -327,11 +329,23 @@ static void push_logprob(struct srv_req *r, struct srv_choice *ch, const struct 
     ch->lp[ch->n_lp++] = *lp;
 }
 
+/* Streaming: choice c's chunk with its finish_reason, once. */
+static void send_finish(struct srv_req *r, int32_t c, enum ft_finish_reason finish) {
+    if (!r->conn || r->choices[c].finished)
+        return;
+    r->choices[c].finished = true;
+    char *chunk = ft_resp_chunk_finish(&r->ctx, c, finish, take_logprobs(r, c));
+    ft_sse_send(r->conn, chunk);
+    free(chunk);
+}
+
 /* A piece of choice c's text; a streamed chunk carries the logprobs of the
  * tokens sampled since the last one (a token whose text is held back, as
  * part of a UTF-8 character or of a possible stop string, goes with the
- * chunk that releases text after it, or with the finish chunk). */
-static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t len, const struct ft_token_logprob *lp) {
+ * chunk that releases text after it, or with the finish chunk). A choice's
+ * finish chunk goes out as soon as it ends, while the others go on. */
+static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t len, const struct ft_token_logprob *lp,
+                       enum ft_finish_reason finish) {
     if (c < 0 || c >= r->api.n)
         return;
     struct srv_choice *ch = &r->choices[c];
@@ -341,11 +355,13 @@ static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t le
         evbuffer_add(ch->text, text, len);
         return;
     }
-    if (!r->conn || !len)
-        return;
-    char *chunk = ft_resp_chunk_text(&r->ctx, c, text, take_logprobs(r, c));
-    ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
-    free(chunk);
+    if (r->conn && len) {
+        char *chunk = ft_resp_chunk_text(&r->ctx, c, text, take_logprobs(r, c));
+        ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
+        free(chunk);
+    }
+    if (finish == FT_FINISH_STOP || finish == FT_FINISH_LENGTH)
+        send_finish(r, c, finish);
 }
 
 /* The non-streaming body: every choice's text, finish reason and logprobs. */
@@ -389,11 +405,8 @@ static void finish_request(struct srv *s, struct srv_req *r) {
             ft_sse_send(r->conn, body);
             free(body);
         } else {
-            for (int32_t i = 0; i < r->api.n && r->conn; i++) {
-                char *c = ft_resp_chunk_finish(&r->ctx, i, er->choice_finish[i], take_logprobs(r, i));
-                ft_sse_send(r->conn, c);
-                free(c);
-            }
+            for (int32_t i = 0; i < r->api.n; i++) /* those not sent with their last piece */
+                send_finish(r, i, er->choice_finish[i]);
             if (r->conn && (r->api.include_usage || metrics)) {
                 char *c;
                 c = ft_resp_chunk_final(&r->ctx, r->api.include_usage ? m : NULL, metrics);
@@ -461,7 +474,8 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         for (size_t off = 0; off + sizeof(struct piece) <= len;) {
             struct piece h;
             memcpy(&h, box + off, sizeof(h));
-            send_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL);
+            send_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL,
+                       (enum ft_finish_reason)h.finish);
             off += sizeof(h) + h.len + 1;
         }
         free(box);

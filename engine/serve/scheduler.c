@@ -275,11 +275,13 @@ static void sample_slot(struct ft_scheduler *s, int32_t i, const float *row) {
         finish_request(s, r, FT_FINISH_ERROR);
         return;
     }
-    if (sl->g.out_len || sl->g.logprobs) {
+    if (sl->g.out_len || sl->g.logprobs || sl->g.finish) {
         r->event_choice = sl->choice;
         r->event_logprob = sl->g.logprobs ? &sl->g.lp : NULL;
+        r->event_finish = sl->g.finish;
         s->p.on_event(s->p.ud, r, FT_EVENT_TEXT, sl->g.out, sl->g.out_len);
         r->event_logprob = NULL;
+        r->event_finish = FT_FINISH_NONE;
     }
     if (sl->g.finish)
         finish_slot(s, i, FT_FINISH_NONE);

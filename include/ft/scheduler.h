@@ -52,10 +52,13 @@ struct ft_request {
     struct ft_request_metrics metrics; /* computed from timing */
 
     /* Valid during an FT_EVENT_TEXT callback: the choice that released the
-     * text and, with params.logprobs, its token's log-probabilities (with
-     * logprobs every token gets an event, even when it releases no text). */
+     * text; with params.logprobs, its token's log-probabilities (with
+     * logprobs every token gets an event, even when it releases no text);
+     * and, on the choice's last event, how it finished (STOP or LENGTH;
+     * NONE before; a cancelled or failed request ends only with DONE). */
     int32_t event_choice;
     const struct ft_token_logprob *event_logprob;
+    enum ft_finish_reason event_finish;
 
     /* Scheduler-private. */
     struct ft_request *next; /* queue link */

@@ -456,3 +456,25 @@ def test_n_with_stop_string_and_logprobs(srv):
         # Generation stopped at the token that completed the stop string.
         assert stop not in "".join(c.logprobs.tokens[:-1])[len(c.text):]
     assert r.usage.completion_tokens == sum(len(c.logprobs.tokens) for c in r.choices)
+
+
+def test_streamed_choice_finishes_while_others_go_on(srv):
+    cl = srv.client()
+    kw = dict(model=model_id(srv), prompt="The lighthouse keeper", max_tokens=24, temperature=1.0, seed=3,
+              stop=["e"], n=3)
+    full = cl.completions.create(logprobs=0, **kw)
+    lens = [len(c.logprobs.tokens) for c in full.choices]
+    events = []
+    for chunk in cl.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            events.append((c.index, "finish" if c.finish_reason else "text"))
+    for i in range(3):
+        fin = events.index((i, "finish"))
+        assert all(e[0] != i for e in events[fin + 1:])  # nothing of a choice after its finish chunk
+    if max(lens) > min(lens) + 1:
+        # The shortest choice's finish chunk precedes text of a longer one.
+        short = lens.index(min(lens))
+        fin = events.index((short, "finish"))
+        assert any(kind == "text" and i != short for i, kind in events[fin + 1:]), (lens, events)
+    else:
+        pytest.skip(f"the seeded choices have {lens} tokens: no early finish to see")
