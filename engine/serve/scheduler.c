@@ -5,7 +5,8 @@
  * Choice 0 prefills the prompt; when its first logits are ready, the other
  * choices' sequences attach the prompt's KV blocks (ft_prefix_cache_fork:
  * shared, the partly filled last block copied on the first write) and
- * sample their first token from the same logits row. Each step: cancelled requests leave,
+ * sample their first token from the same logits row. A failed or cancelled
+ * request ends all its choices at once. Each step: cancelled requests leave,
  * queued ones join while slots are free, then one forward pass evaluates
  * the pending token of every decoding sequence and prompt chunks of the
  * prefilling ones (oldest admission first) up to n_batch tokens; each
@@ -152,10 +153,12 @@ static void finish_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason
         return;
     const int32_t n = FT_MAX(r->n_choices, 1);
     r->finish = r->choice_finish[0];
-    for (int32_t k = 0; k < n; k++)
-        if (r->choice_finish[k] == FT_FINISH_ERROR || r->choice_finish[k] == FT_FINISH_CANCELLED)
-            r->finish = r->choice_finish[k] == FT_FINISH_ERROR || r->finish != FT_FINISH_ERROR ? r->choice_finish[k]
-                                                                                                 : r->finish;
+    for (int32_t k = 0; k < n; k++) {
+        if (r->choice_finish[k] == FT_FINISH_ERROR)
+            r->finish = FT_FINISH_ERROR;
+        else if (r->choice_finish[k] == FT_FINISH_CANCELLED && r->finish != FT_FINISH_ERROR)
+            r->finish = FT_FINISH_CANCELLED;
+    }
     merge_timing(r, n);
     s->n_requests--;
     /* Not running any more by the time the owner hears DONE. */
@@ -309,7 +312,7 @@ static void fork_choices(struct ft_scheduler *s, int32_t i, const float *row) {
     }
     for (int32_t j = 0; j < s->p.n_slots; j++)
         if (j != i && s->slots[j].r == r && !s->slots[j].g.n_tokens)
-            sample_slot(s, j, row); /* may end r (it is not freed: choice 0 still runs) */
+            sample_slot(s, j, row); /* an error or a cancel ends all of r: then no slot lists it */
 }
 
 static void step(struct ft_scheduler *s) {
