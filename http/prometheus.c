@@ -163,6 +163,8 @@ void ft_prom_observe(struct ft_prom *p, const char *endpoint, const struct ft_re
         observe(&p->h[H_DECODE], m->decode_time_ms / 1e3);
     }
     for (int32_t i = 1; i < t->n_tokens; i++) {
+        if (!ft_request_timing_is_gap(t, i))
+            continue; /* the first token of another choice */
         uint64_t a = t->token_ready[i - 1], b = t->token_ready[i];
         observe(&p->h[H_ITL], b > a ? ft_clock_ticks_to_ns(b - a) * 1e-9 : 0.0);
     }

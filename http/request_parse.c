@@ -322,6 +322,34 @@ static int parse_sampling(const cJSON *root, struct ft_api_request *r, struct ft
     return 0;
 }
 
+/* Chat: logprobs (boolean) and top_logprobs (0..20, needs logprobs true).
+ * Completions: logprobs, the number of most likely tokens (an integer;
+ * null or absent: none). */
+static int parse_logprobs(const cJSON *root, enum ft_api_endpoint ep, struct ft_api_request *r,
+                          struct ft_api_error *err) {
+    int64_t i;
+    bool given;
+    if (ep == FT_API_CHAT) {
+        if (get_bool(root, "logprobs", &r->logprobs, NULL, err))
+            return -1;
+        if (get_int(root, "top_logprobs", 0, FT_API_MAX_TOP_LOGPROBS, &i, &given, err))
+            return -1;
+        if (given && !r->logprobs)
+            return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = given ? (int32_t)i : 0;
+    } else {
+        const cJSON *v = field(root, "logprobs");
+        if (v && cJSON_IsBool(v))
+            return BAD("logprobs", "'logprobs' must be an integer (0 to %d) for completions: the number of most "
+                       "likely tokens to return", FT_API_MAX_TOP_LOGPROBS);
+        if (get_int(root, "logprobs", 0, FT_API_MAX_TOP_LOGPROBS, &i, &given, err))
+            return -1;
+        r->logprobs = given;
+        r->top_logprobs = given ? (int32_t)i : 0;
+    }
+    return get_bool(root, "return_tokens_as_token_ids", &r->tokens_as_ids, NULL, err);
+}
+
 static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vocab, struct ft_api_request *r,
                         struct ft_api_error *err) {
     const cJSON *v;
@@ -353,8 +381,9 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
     }
     if (get_int(root, "n", -2147483648.0, 2147483647.0, &i, &given, err))
         return -1;
-    if (given && i != 1)
-        return BAD("n", "only n=1 is supported (got n=%lld): send one request per completion", (long long)i);
+    if (given && (i < 1 || i > FT_API_MAX_N))
+        return BAD("n", "'n' must be between 1 and %d (got %lld)", FT_API_MAX_N, (long long)i);
+    r->n = given ? (int32_t)i : 1;
     if (parse_sampling(root, r, err))
         return -1;
 
@@ -381,11 +410,9 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
         return -1;
     r->performance_metrics = given ? (int)pm : -1;
 
+    if (parse_logprobs(root, ep, r, err))
+        return -1;
     /* Features that would change the answer's shape are refused, not ignored. */
-    if ((v = field(root, "logprobs")) && !cJSON_IsFalse(v))
-        return BAD("logprobs", "'logprobs' is not supported");
-    if ((v = field(root, "top_logprobs")))
-        return BAD("top_logprobs", "'top_logprobs' is not supported");
     if ((v = field(root, "echo")) && !cJSON_IsFalse(v))
         return BAD("echo", "'echo' is not supported");
     if (get_int(root, "best_of", -2147483648.0, 2147483647.0, &i, &given, err))

@@ -5,8 +5,8 @@
  * each honoured field must have the right type and range, strings may not
  * contain U+0000, and counts are bounded. Unknown fields are ignored (SDKs
  * send many); fields that would change the shape of the answer in a way
- * this server does not implement (n != 1, logprobs, echo, best_of) are
- * rejected with a message that says so, rather than silently ignored.
+ * this server does not implement (echo, best_of) are rejected with a
+ * message that says so, rather than silently ignored.
  * No model is needed to parse, so the fuzzer runs this on its own. */
 #ifndef FT_HTTP_REQUEST_PARSE_H
 #define FT_HTTP_REQUEST_PARSE_H
@@ -23,6 +23,11 @@ enum ft_api_endpoint { FT_API_CHAT, FT_API_COMPLETIONS };
 #define FT_API_MAX_STOP_LEN 256
 #define FT_API_MAX_MESSAGES 4096
 #define FT_API_MAX_PARTS 1024
+/* n: choices per request (also bounded by the server's -np). */
+#define FT_API_MAX_N 16
+/* Chat's top_logprobs (OpenAI: 0..20); completions' logprobs is 0..5 in
+ * OpenAI's legacy API, accepted up to 20 as vLLM does. */
+#define FT_API_MAX_TOP_LOGPROBS 20
 /* The JSON body before cJSON sees it: nesting depth and number of values
  * (cJSON recurses per level and allocates per value). */
 #define FT_API_MAX_JSON_DEPTH 64
@@ -49,6 +54,10 @@ struct ft_api_request {
     bool ignore_eos; /* llama.cpp server / vLLM extension: generate past end-of-generation tokens */
     char *stops[FT_API_MAX_STOPS];
     int n_stops;
+    int32_t n;          /* choices, 1 .. FT_API_MAX_N */
+    bool logprobs;      /* chat: logprobs true; completions: logprobs given (an integer) */
+    int32_t top_logprobs; /* chat: top_logprobs; completions: the logprobs integer */
+    bool tokens_as_ids; /* vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:ID" */
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     int performance_metrics; /* -1 not given, 0 false, 1 true */

@@ -77,11 +77,14 @@ static char *print_free(cJSON *o) {
 }
 
 /* One choice of a chunk: chat has delta, completions have text. */
-static cJSON *chunk_choice(const struct ft_resp_ctx *c, const char *role, const char *text, const char *finish) {
+static cJSON *chunk_choice(const struct ft_resp_ctx *c, int index, const char *role, const char *text,
+                           const char *finish, cJSON *logprobs) {
     cJSON *ch = cJSON_CreateObject();
-    if (!ch)
+    if (!ch) {
+        cJSON_Delete(logprobs);
         return NULL;
-    cJSON_AddNumberToObject(ch, "index", 0);
+    }
+    cJSON_AddNumberToObject(ch, "index", index);
     if (c->endpoint == FT_API_CHAT) {
         cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
         if (delta && role)
@@ -91,7 +94,10 @@ static cJSON *chunk_choice(const struct ft_resp_ctx *c, const char *role, const 
     } else {
         cJSON_AddStringToObject(ch, "text", text ? text : "");
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    if (logprobs)
+        cJSON_AddItemToObject(ch, "logprobs", logprobs);
+    else
+        cJSON_AddNullToObject(ch, "logprobs");
     if (finish)
         cJSON_AddStringToObject(ch, "finish_reason", finish);
     else
@@ -99,22 +105,36 @@ static cJSON *chunk_choice(const struct ft_resp_ctx *c, const char *role, const 
     return ch;
 }
 
-static char *chunk(const struct ft_resp_ctx *c, const char *role, const char *text, const char *finish) {
+static char *chunk(const struct ft_resp_ctx *c, int index, const char *role, const char *text, const char *finish,
+                   cJSON *logprobs) {
     cJSON *o = envelope(c, true);
     cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
-    if (choices)
-        cJSON_AddItemToArray(choices, chunk_choice(c, role, text, finish));
+    if (!choices) {
+        cJSON_Delete(logprobs);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON *ch = chunk_choice(c, index, role, text, finish, logprobs);
+    if (!ch) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddItemToArray(choices, ch);
     if (o && c->include_usage)
         cJSON_AddNullToObject(o, "usage");
     return print_free(o);
 }
 
-char *ft_resp_chunk_role(const struct ft_resp_ctx *c) { return chunk(c, "assistant", "", NULL); }
+char *ft_resp_chunk_role(const struct ft_resp_ctx *c, int index) {
+    return chunk(c, index, "assistant", "", NULL, NULL);
+}
 
-char *ft_resp_chunk_text(const struct ft_resp_ctx *c, const char *text) { return chunk(c, NULL, text, NULL); }
+char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, cJSON *logprobs) {
+    return chunk(c, index, NULL, text, NULL, logprobs);
+}
 
-char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, enum ft_finish_reason finish) {
-    return chunk(c, NULL, c->endpoint == FT_API_CHAT ? NULL : "", ft_resp_finish_reason(finish));
+char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs) {
+    return chunk(c, index, NULL, c->endpoint == FT_API_CHAT ? NULL : "", ft_resp_finish_reason(finish), logprobs);
 }
 
 char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_metrics *usage,
@@ -130,29 +150,40 @@ char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_m
     return print_free(o);
 }
 
-char *ft_resp_completion(const struct ft_resp_ctx *c, const char *text, enum ft_finish_reason finish,
+char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choice *choices, int n,
                          const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics) {
     cJSON *o = envelope(c, false);
-    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
-    cJSON *ch = choices ? cJSON_CreateObject() : NULL;
-    if (!ch) {
+    cJSON *arr = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    bool ok = arr != NULL;
+    for (int i = 0; i < n; i++) {
+        cJSON *ch = ok ? cJSON_CreateObject() : NULL;
+        if (!ch) {
+            ok = false;
+            cJSON_Delete(choices[i].logprobs);
+            continue;
+        }
+        cJSON_AddItemToArray(arr, ch);
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (c->endpoint == FT_API_CHAT) {
+            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+            if (msg) {
+                cJSON_AddStringToObject(msg, "role", "assistant");
+                cJSON_AddStringToObject(msg, "content", choices[i].text);
+                cJSON_AddNullToObject(msg, "refusal");
+            }
+        } else {
+            cJSON_AddStringToObject(ch, "text", choices[i].text);
+        }
+        if (choices[i].logprobs)
+            cJSON_AddItemToObject(ch, "logprobs", choices[i].logprobs);
+        else
+            cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", ft_resp_finish_reason(choices[i].finish));
+    }
+    if (!ok) {
         cJSON_Delete(o);
         return NULL;
     }
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (c->endpoint == FT_API_CHAT) {
-        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-        if (msg) {
-            cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", text);
-            cJSON_AddNullToObject(msg, "refusal");
-        }
-    } else {
-        cJSON_AddStringToObject(ch, "text", text);
-    }
-    cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddStringToObject(ch, "finish_reason", ft_resp_finish_reason(finish));
     cJSON_AddItemToObject(o, "usage", ft_resp_usage(usage));
     if (metrics)
         cJSON_AddItemToObject(o, "metrics", ft_resp_metrics(metrics));

@@ -29,16 +29,27 @@ cJSON *ft_resp_metrics(const struct ft_request_metrics *m);
 /* usage with prompt_tokens_details.cached_tokens. */
 cJSON *ft_resp_usage(const struct ft_request_metrics *m);
 
-/* All return malloc'd JSON text (NULL on allocation failure). */
-/* The non-streaming answer; metrics may be NULL (not requested). */
-char *ft_resp_completion(const struct ft_resp_ctx *c, const char *text, enum ft_finish_reason finish,
+/* One choice of a non-streaming answer. logprobs (http/logprobs_json.h)
+ * is taken over by ft_resp_completion; NULL writes "logprobs": null. */
+struct ft_resp_choice {
+    const char *text;
+    enum ft_finish_reason finish;
+    cJSON *logprobs;
+};
+
+/* All return malloc'd JSON text (NULL on allocation failure). A `logprobs`
+ * argument is taken over (freed) in every case; NULL writes null. */
+/* The non-streaming answer with choices[0..n) (index i for choices[i]);
+ * metrics may be NULL (not requested). */
+char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choice *choices, int n,
                          const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics);
-/* Chat only: the first chunk, delta {"role": "assistant", "content": ""}. */
-char *ft_resp_chunk_role(const struct ft_resp_ctx *c);
-/* A chunk with text (delta.content or text). */
-char *ft_resp_chunk_text(const struct ft_resp_ctx *c, const char *text);
-/* The chunk with finish_reason and an empty delta. */
-char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, enum ft_finish_reason finish);
+/* Chat only: the first chunk of a choice, delta {"role": "assistant", "content": ""}. */
+char *ft_resp_chunk_role(const struct ft_resp_ctx *c, int index);
+/* A chunk of choice `index` with text (delta.content or text). */
+char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, cJSON *logprobs);
+/* The chunk with the choice's finish_reason and an empty delta (and the
+ * logprobs of tokens whose text never came, such as an end-of-turn token). */
+char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs);
 /* The last chunk: "choices": [], with usage (when usage != NULL) and/or metrics. */
 char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_metrics *usage,
                           const struct ft_request_metrics *metrics);

@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "conn.h"
 #include "errors.h"
+#include "logprobs_json.h"
 #include "otlp.h"
 #include "prometheus.h"
 #include "request_parse.h"
@@ -100,6 +101,15 @@ struct srv {
     int exit_status;
 };
 
+/* One choice of a request (loop thread only). */
+struct srv_choice {
+    struct evbuffer *text;      /* non-streaming: the completion so far */
+    struct ft_token_logprob *lp; /* with logprobs: the tokens not yet answered (streaming: not yet sent) */
+    int32_t n_lp, cap_lp;
+    int64_t text_offset;        /* completions' logprobs: characters before the next token */
+    bool finished;              /* streaming: its finish chunk is sent */
+};
+
 /* One generation request, from parsing to the last byte. */
 struct srv_req {
     struct srv *srv;
@@ -116,10 +126,10 @@ struct srv_req {
     /* Loop thread only. */
     struct ft_conn *conn;          /* NULL once the client is gone or answered */
     bool gone;                     /* the client went away first */
-    struct evbuffer *text;         /* non-streaming: the completion so far */
+    struct srv_choice *choices;    /* api.n of them */
     struct srv_req *prev, *next;   /* srv->inflight */
 
-    /* Guarded by srv->lock: pieces of text as [uint32 len][bytes][NUL]. */
+    /* Guarded by srv->lock: pieces of text as [struct piece][bytes][NUL]. */
     char *outbox;
     size_t out_len, out_cap;
     bool oom;    /* an outbox append failed: the text is incomplete */
@@ -187,8 +197,18 @@ static void check_drained(struct srv *s) {
 
 /* ---- the engine's side: events from the scheduler thread ------------------- */
 
-static void outbox_append(struct srv_req *r, const char *text, size_t len) {
-    const size_t need = r->out_len + sizeof(uint32_t) + len + 1;
+/* An outbox record's head; the text follows. */
+struct piece {
+    uint32_t len;
+    int32_t choice;
+    uint32_t has_lp;
+    int32_t finish; /* enum ft_finish_reason: the choice's last piece */
+    struct ft_token_logprob lp;
+};
+
+static void outbox_append(struct srv_req *r, int32_t choice, const struct ft_token_logprob *lp,
+                          enum ft_finish_reason finish, const char *text, size_t len) {
+    const size_t need = r->out_len + sizeof(struct piece) + len + 1;
     if (len > UINT32_MAX || need < r->out_len) {
         r->oom = true;
         return;
@@ -205,10 +225,13 @@ static void outbox_append(struct srv_req *r, const char *text, size_t len) {
         r->outbox = p;
         r->out_cap = cap;
     }
-    uint32_t l = (uint32_t)len;
-    memcpy(r->outbox + r->out_len, &l, sizeof(l));
-    memcpy(r->outbox + r->out_len + sizeof(l), text, len);
-    r->outbox[r->out_len + sizeof(l) + len] = '\0';
+    struct piece h = {.len = (uint32_t)len, .choice = choice, .has_lp = lp != NULL, .finish = (int32_t)finish};
+    if (lp)
+        h.lp = *lp;
+    memcpy(r->outbox + r->out_len, &h, sizeof(h));
+    if (len)
+        memcpy(r->outbox + r->out_len + sizeof(h), text, len);
+    r->outbox[r->out_len + sizeof(h) + len] = '\0';
     r->out_len = need;
 }
 
@@ -218,7 +241,7 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
     struct srv_req *r = er->user;
     pthread_mutex_lock(&s->lock);
     if (ev == FT_EVENT_TEXT)
-        outbox_append(r, text, len);
+        outbox_append(r, er->event_choice, er->event_logprob, er->event_finish, text, len);
     else
         r->done = true;
     if (!r->queued) {
@@ -240,12 +263,18 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
 static void srv_req_free(struct srv_req *r) {
     if (!r)
         return;
-    ft_api_request_free(&r->api);
     ft_request_timing_free(&r->er.timing);
     free(r->prompt);
     free(r->outbox);
-    if (r->text)
-        evbuffer_free(r->text);
+    if (r->choices) {
+        for (int32_t i = 0; i < r->api.n; i++) {
+            if (r->choices[i].text)
+                evbuffer_free(r->choices[i].text);
+            free(r->choices[i].lp);
+        }
+        free(r->choices);
+    }
+    ft_api_request_free(&r->api);
     free(r);
 }
 
@@ -277,16 +306,86 @@ static void on_client_gone(void *ud, void *active) {
     atomic_store(&r->er.cancel, true);
 }
 
-static void send_piece(struct srv_req *r, const char *text) {
+/* The logprobs of choice c's tokens not yet answered, as JSON (NULL
+ * without logprobs); they count as answered. */
+static cJSON *take_logprobs(struct srv_req *r, int32_t c) {
+    struct srv_choice *ch = &r->choices[c];
+    if (!r->api.logprobs || (r->api.stream && !ch->n_lp))
+        return NULL; /* a streamed chunk without tokens has "logprobs": null */
+    cJSON *j = ft_logprobs_json(r->ctx.endpoint, r->srv->backend->tok, ch->lp, ch->n_lp, r->api.tokens_as_ids,
+                                &ch->text_offset);
+    if (!j)
+        r->oom = true;
+    ch->n_lp = 0;
+    return j;
+}
+
+static void push_logprob(struct srv_req *r, struct srv_choice *ch, const struct ft_token_logprob *lp) {
+    if (ch->n_lp == ch->cap_lp) {
+        const int32_t cap = ch->cap_lp ? ch->cap_lp * 2 : 16;
+        struct ft_token_logprob *p = realloc(ch->lp, sizeof(*p) * (size_t)cap);
+        if (!p) {
+            r->oom = true;
+            return;
+        }
+        ch->lp = p;
+        ch->cap_lp = cap;
+    }
+    ch->lp[ch->n_lp++] = *lp;
+}
+
+/* Streaming: choice c's chunk with its finish_reason, once. */
+static void send_finish(struct srv_req *r, int32_t c, enum ft_finish_reason finish) {
+    if (!r->conn || r->choices[c].finished)
+        return;
+    r->choices[c].finished = true;
+    char *chunk = ft_resp_chunk_finish(&r->ctx, c, finish, take_logprobs(r, c));
+    ft_sse_send(r->conn, chunk);
+    free(chunk);
+}
+
+/* A piece of choice c's text; a streamed chunk carries the logprobs of the
+ * tokens sampled since the last one (a token whose text is held back, as
+ * part of a UTF-8 character or of a possible stop string, goes with the
+ * chunk that releases text after it, or with the finish chunk). A choice's
+ * finish chunk goes out as soon as it ends, while the others go on. */
+static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t len, const struct ft_token_logprob *lp,
+                       enum ft_finish_reason finish) {
+    if (c < 0 || c >= r->api.n)
+        return;
+    struct srv_choice *ch = &r->choices[c];
+    if (lp && r->api.logprobs)
+        push_logprob(r, ch, lp);
     if (!r->api.stream) {
-        evbuffer_add(r->text, text, strlen(text));
+        evbuffer_add(ch->text, text, len);
         return;
     }
-    if (!r->conn)
-        return;
-    char *chunk = ft_resp_chunk_text(&r->ctx, text);
-    ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
-    free(chunk);
+    if (r->conn && len) {
+        char *chunk = ft_resp_chunk_text(&r->ctx, c, text, take_logprobs(r, c));
+        ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
+        free(chunk);
+    }
+    if (finish == FT_FINISH_STOP || finish == FT_FINISH_LENGTH)
+        send_finish(r, c, finish);
+}
+
+/* The non-streaming body: every choice's text, finish reason and logprobs. */
+static char *completion_body(struct srv_req *r, const struct ft_request_metrics *m,
+                             const struct ft_request_metrics *metrics) {
+    struct ft_resp_choice *cs = calloc((size_t)r->api.n, sizeof(*cs));
+    if (!cs)
+        return NULL;
+    for (int32_t i = 0; i < r->api.n; i++) {
+        evbuffer_add(r->choices[i].text, "", 1);
+        const char *t = (const char *)evbuffer_pullup(r->choices[i].text, -1);
+        cs[i] = (struct ft_resp_choice){t ? t : "", r->er.choice_finish[i], take_logprobs(r, i)};
+    }
+    char *body = r->oom ? NULL : ft_resp_completion(&r->ctx, cs, r->api.n, m, metrics);
+    if (r->oom)
+        for (int32_t i = 0; i < r->api.n; i++)
+            cJSON_Delete(cs[i].logprobs);
+    free(cs);
+    return body;
 }
 
 /* The request's span for the trace exporter (http/otlp.h). */
@@ -368,10 +467,10 @@ static void finish_request(struct srv *s, struct srv_req *r) {
             ft_sse_send(r->conn, body);
             free(body);
         } else {
-            char *c = ft_resp_chunk_finish(&r->ctx, er->finish);
-            ft_sse_send(r->conn, c);
-            free(c);
+            for (int32_t i = 0; i < r->api.n; i++) /* those not sent with their last piece */
+                send_finish(r, i, er->choice_finish[i]);
             if (r->conn && (r->api.include_usage || metrics)) {
+                char *c;
                 c = ft_resp_chunk_final(&r->ctx, r->api.include_usage ? m : NULL, metrics);
                 ft_sse_send(r->conn, c);
                 free(c);
@@ -388,9 +487,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
                           strlen(body ? body : fallback));
             free(body);
         } else {
-            evbuffer_add(r->text, "", 1);
-            const char *text = (const char *)evbuffer_pullup(r->text, -1);
-            char *body = ft_resp_completion(&r->ctx, text ? text : "", er->finish, m, metrics);
+            char *body = completion_body(r, m, metrics);
             if (!body) {
                 status = 500;
                 error = "out of memory";
@@ -440,11 +537,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
         r->out_len = r->out_cap = 0;
         const bool done = r->done;
         pthread_mutex_unlock(&s->lock);
-        for (size_t off = 0; off + sizeof(uint32_t) <= len;) {
-            uint32_t l;
-            memcpy(&l, box + off, sizeof(l));
-            send_piece(r, box + off + sizeof(l));
-            off += sizeof(l) + l + 1;
+        for (size_t off = 0; off + sizeof(struct piece) <= len;) {
+            struct piece h;
+            memcpy(&h, box + off, sizeof(h));
+            send_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL,
+                       (enum ft_finish_reason)h.finish);
+            off += sizeof(h) + h.len + 1;
         }
         free(box);
         if (done)
@@ -467,8 +565,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     }
     struct ft_backend *b = s->backend;
     struct srv_req *r = calloc(1, sizeof(*r));
-    if (!r || (r->text = evbuffer_new()) == NULL) {
-        srv_req_free(r);
+    if (!r) {
         reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
         return;
     }
@@ -485,6 +582,23 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         snprintf(msg, sizeof(msg), "the model '%.200s' does not exist; this server serves '%.150s'", r->api.model,
                  s->model_id);
         reply_error(s, conn, req, endpoint, 404, msg, "model", "model_not_found");
+        srv_req_free(r);
+        return;
+    }
+    if (r->api.n > FT_MIN(b->n_parallel, FT_MAX_CHOICES)) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "'n' is %d but this server generates at most %d sequences at once (-np %d): each choice needs one",
+                 (int)r->api.n, (int)FT_MIN(b->n_parallel, FT_MAX_CHOICES), (int)b->n_parallel);
+        reply_error(s, conn, req, endpoint, 400, msg, "n", NULL);
+        srv_req_free(r);
+        return;
+    }
+    bool oom = !(r->choices = calloc((size_t)r->api.n, sizeof(*r->choices)));
+    for (int32_t i = 0; !oom && i < r->api.n; i++)
+        oom = !(r->choices[i].text = evbuffer_new());
+    if (oom) {
+        reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
         srv_req_free(r);
         return;
     }
@@ -510,6 +624,9 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->er.params.ignore_eos = r->api.ignore_eos;
     r->er.params.stops = (const char *const *)r->api.stops;
     r->er.params.n_stops = r->api.n_stops;
+    r->er.params.logprobs = r->api.logprobs;
+    r->er.params.top_logprobs = r->api.top_logprobs;
+    r->er.n_choices = r->api.n;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));
@@ -534,8 +651,8 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     ft_conn_set_active(conn, r);
     if (r->api.stream) {
         ft_sse_start(conn);
-        if (ep == FT_API_CHAT) {
-            char *c = ft_resp_chunk_role(&r->ctx);
+        for (int32_t i = 0; ep == FT_API_CHAT && i < r->api.n && r->conn; i++) {
+            char *c = ft_resp_chunk_role(&r->ctx, i);
             ft_sse_send(conn, c);
             free(c);
         }

@@ -25,6 +25,9 @@ int ft_gen_init(struct ft_gen *g, const struct ft_tokenizer *tok, int32_t n_voca
     g->max_tokens = p->max_tokens;
     g->n_ctx = n_ctx;
     g->ignore_eos = p->ignore_eos;
+    g->logprobs = p->logprobs;
+    g->top_logprobs = FT_MAX(0, FT_MIN(p->top_logprobs, FT_MAX_TOP_LOGPROBS));
+    g->n_vocab = n_vocab;
     ft_request_timing_init(&g->timing);
     ft_stop_init(&g->stop, p->stops, p->n_stops);
     /* A generated stream keeps the first piece's leading space. */
@@ -147,6 +150,8 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
     if (g->finish)
         return FT_OK;
     const int32_t t = ft_sampler_sample(g->sampler, logits);
+    if (g->logprobs) /* only when asked: two passes over the vocabulary */
+        ft_logprobs_compute(logits, g->n_vocab, t, g->top_logprobs, &g->lp);
     int rc;
     if ((rc = ft_request_timing_token(&g->timing, ft_clock_ticks())) || (rc = push_token(g, t)))
         goto oom;

@@ -48,37 +48,66 @@ static double percentile(const double *v, int32_t n, double q) {
     return v[rank - 1];
 }
 
+bool ft_request_timing_is_gap(const struct ft_request_timing *t, int32_t i) {
+    if (i <= 0 || i >= t->n_tokens)
+        return false;
+    if (t->n_choices <= 1)
+        return true;
+    int32_t start = 0;
+    for (int32_t c = 0; c < t->n_choices && c < FT_MAX_CHOICES; c++) {
+        if (i == start)
+            return false;
+        start += t->choice_tokens[c];
+    }
+    return true;
+}
+
 void ft_metrics_compute(const struct ft_request_timing *t, struct ft_request_metrics *m) {
     memset(m, 0, sizeof(*m));
     m->prompt_tokens = t->prompt_tokens;
     m->cached_prompt_tokens = t->cached_prompt_tokens;
     m->prefill_tokens = t->prompt_tokens - t->cached_prompt_tokens;
     m->completion_tokens = t->n_tokens;
-    m->decode_tokens = t->n_tokens > 0 ? t->n_tokens - 1 : 0;
     m->queue_time_ms = ms_between(t->received, t->admitted);
     m->prefill_time_ms = ms_between(t->prefill_start, t->prefill_end);
     m->prefill_tokens_per_second = (m->prefill_tokens > 0 && m->prefill_time_ms > 0)
                                        ? m->prefill_tokens / (m->prefill_time_ms / 1000.0)
                                        : -1.0;
-    if (t->n_tokens > 0) {
-        uint64_t first = t->token_ready[0], last = t->token_ready[t->n_tokens - 1];
+    /* First and last stamp of any choice; one sequence is one choice. */
+    int32_t n_seq = 0, start = 0;
+    uint64_t first = UINT64_MAX, last = 0;
+    const int32_t n_choices = t->n_choices > 1 ? FT_MIN(t->n_choices, FT_MAX_CHOICES) : 1;
+    for (int32_t c = 0; c < n_choices; c++) {
+        const int32_t n = n_choices == 1 ? t->n_tokens : FT_MIN(t->choice_tokens[c], t->n_tokens - start);
+        if (n > 0) {
+            n_seq++;
+            first = FT_MIN(first, t->token_ready[start]);
+            last = FT_MAX(last, t->token_ready[start + n - 1]);
+        }
+        start += FT_MAX(n, 0);
+    }
+    m->decode_tokens = t->n_tokens - n_seq;
+    if (n_seq) {
         m->ttft_ms = ms_between(t->received, first);
         m->decode_time_ms = ms_between(first, last);
     }
     m->decode_tokens_per_second = (m->decode_tokens > 0 && m->decode_time_ms > 0)
                                       ? m->decode_tokens / (m->decode_time_ms / 1000.0)
                                       : -1.0;
-    if (t->n_tokens >= 2) {
-        int32_t n = t->n_tokens - 1;
-        double *gaps = malloc(sizeof(double) * (size_t)n);
+    if (m->decode_tokens > 0) {
+        double *gaps = malloc(sizeof(double) * (size_t)m->decode_tokens);
         if (gaps) {
-            for (int32_t i = 0; i < n; i++)
-                gaps[i] = ms_between(t->token_ready[i], t->token_ready[i + 1]);
+            int32_t n = 0;
+            for (int32_t i = 1; i < t->n_tokens && n < m->decode_tokens; i++)
+                if (ft_request_timing_is_gap(t, i))
+                    gaps[n++] = ms_between(t->token_ready[i - 1], t->token_ready[i]);
             qsort(gaps, (size_t)n, sizeof(double), cmp_double);
-            m->inter_token_latency_ms.p50 = percentile(gaps, n, 0.50);
-            m->inter_token_latency_ms.p90 = percentile(gaps, n, 0.90);
-            m->inter_token_latency_ms.p99 = percentile(gaps, n, 0.99);
-            m->inter_token_latency_ms.max = gaps[n - 1];
+            if (n) {
+                m->inter_token_latency_ms.p50 = percentile(gaps, n, 0.50);
+                m->inter_token_latency_ms.p90 = percentile(gaps, n, 0.90);
+                m->inter_token_latency_ms.p99 = percentile(gaps, n, 0.99);
+                m->inter_token_latency_ms.max = gaps[n - 1];
+            }
             free(gaps);
         }
     }

@@ -258,6 +258,29 @@ int32_t ft_prefix_cache_attach(struct ft_prefix_cache *pc, int32_t seq, const in
     return len;
 }
 
+int ft_prefix_cache_fork(struct ft_prefix_cache *pc, int32_t dst, int32_t src, int32_t len) {
+    if (!pc || dst < 0 || dst >= pc->n_seqs || src < 0 || src >= pc->n_seqs || dst == src || len < 1 ||
+        len > ft_kv_cache_seq_len(pc->kv, src) || ft_kv_cache_seq_len(pc->kv, dst) != 0) {
+        FT_LOG_E("cannot fork %d tokens of sequence %d into sequence %d", (int)len, (int)src, (int)dst);
+        return FT_EINVAL;
+    }
+    struct chain *d = &pc->seqs[dst];
+    const struct chain *c = &pc->seqs[src];
+    const int32_t n_blocks = (len + BT - 1) / BT;
+    /* dst's chain array (room for a whole context) holds the table first. */
+    for (int32_t i = 0; i < n_blocks; i++)
+        d->nodes[i] = ft_kv_cache_seq_block(pc->kv, src, i);
+    const int rc = ft_kv_cache_seq_attach(pc->kv, dst, d->nodes, n_blocks, len);
+    d->n = 0;
+    d->frozen = false;
+    if (rc)
+        return rc;
+    d->n = FT_MIN(c->n, len / BT);
+    memcpy(d->nodes, c->nodes, sizeof(int32_t) * (size_t)d->n);
+    d->frozen = c->frozen;
+    return FT_OK;
+}
+
 static void gather(int32_t *dst, int32_t from, int32_t n, const int32_t *a, int32_t na, const int32_t *b) {
     for (int32_t i = 0; i < n; i++) {
         const int32_t j = from + i;

@@ -1,7 +1,12 @@
 /* The scheduler thread (include/ft/scheduler.h): continuous batching over
  * n_slots sequences on a shared KV block pool with the prefix cache.
  *
- * Slot i runs on KV sequence i. Each step: cancelled requests leave,
+ * Slot i runs on KV sequence i; a request with n choices holds n slots.
+ * Choice 0 prefills the prompt; when its first logits are ready, the other
+ * choices' sequences attach the prompt's KV blocks (ft_prefix_cache_fork:
+ * shared, the partly filled last block copied on the first write) and
+ * sample their first token from the same logits row. A failed or cancelled
+ * request ends all its choices at once. Each step: cancelled requests leave,
  * queued ones join while slots are free, then one forward pass evaluates
  * the pending token of every decoding sequence and prompt chunks of the
  * prefilling ones (oldest admission first) up to n_batch tokens; each
@@ -29,6 +34,8 @@
 
 struct slot {
     struct ft_request *r; /* NULL: free */
+    int32_t choice;       /* of r */
+    bool wait_fork;       /* a choice > 0 waiting for choice 0's prefill */
     struct ft_gen g;      /* g.n_past: tokens whose KV the sequence holds */
     uint64_t order;       /* admission number: prefill is first come, first served */
     int32_t chunk;        /* prompt tokens in the current step */
@@ -42,7 +49,8 @@ struct ft_scheduler {
     struct ft_scheduler_params p;
     int32_t n_vocab;
     struct slot *slots;
-    int32_t n_running;
+    int32_t n_running;  /* slots in use */
+    int32_t n_requests; /* requests running */
     uint64_t n_admitted;
     /* the step's batch */
     float *logits; /* n_slots rows */
@@ -81,15 +89,51 @@ static void report_done(struct ft_scheduler *s, struct ft_request *r) {
     s->p.on_event(s->p.ud, r, FT_EVENT_DONE, NULL, 0);
 }
 
+/* The request's record from its choices' (moved): choice 0's stamps of
+ * the prompt, and every choice's token stamps one after the other. */
+static void merge_timing(struct ft_request *r, int32_t n) {
+    r->timing = r->choice_timing[0];
+    memset(&r->choice_timing[0], 0, sizeof(r->choice_timing[0]));
+    if (n <= 1)
+        return;
+    int32_t total = 0;
+    for (int32_t c = 0; c < n; c++)
+        total += c ? r->choice_timing[c].n_tokens : r->timing.n_tokens;
+    uint64_t *all = malloc(sizeof(uint64_t) * (size_t)FT_MAX(total, 1));
+    if (!all) {
+        FT_LOG_E("out of memory: the metrics keep choice 0's tokens only");
+    } else {
+        int32_t at = r->timing.n_tokens;
+        if (at)
+            memcpy(all, r->timing.token_ready, sizeof(uint64_t) * (size_t)at);
+        r->timing.choice_tokens[0] = at;
+        for (int32_t c = 1; c < n; c++) {
+            const struct ft_request_timing *t = &r->choice_timing[c];
+            if (t->n_tokens)
+                memcpy(all + at, t->token_ready, sizeof(uint64_t) * (size_t)t->n_tokens);
+            r->timing.choice_tokens[c] = t->n_tokens;
+            at += t->n_tokens;
+        }
+        free(r->timing.token_ready);
+        r->timing.token_ready = all;
+        r->timing.n_tokens = r->timing.cap_tokens = total;
+        r->timing.n_choices = n;
+    }
+    for (int32_t c = 1; c < n; c++)
+        ft_request_timing_free(&r->choice_timing[c]);
+}
+
 /* Slot i leaves: its KV goes to the prefix cache (unless it failed), its
- * record to the request. reason overrides g.finish when not NONE. */
+ * record to the request. reason overrides g.finish when not NONE. When it
+ * was the request's last choice, the request is reported DONE (and may be
+ * freed). */
 static void finish_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason reason) {
     struct slot *sl = &s->slots[i];
     struct ft_request *r = sl->r;
     struct ft_gen *g = &sl->g;
     if (reason != FT_FINISH_NONE)
         g->finish = reason;
-    if (g->finish == FT_FINISH_ERROR) {
+    if (g->finish == FT_FINISH_ERROR || sl->wait_fork) {
         ft_prefix_cache_release(s->pc, i, NULL, 0, NULL, 0);
     } else {
         /* The last sampled token was never evaluated: the KV holds the
@@ -97,41 +141,80 @@ static void finish_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason
         const int32_t na = FT_MIN(g->n_past, r->n_prompt), nb = FT_MAX(0, g->n_past - r->n_prompt);
         ft_prefix_cache_release(s->pc, i, r->prompt, na, g->tokens, nb);
     }
-    r->finish = g->finish;
-    r->timing = g->timing; /* moved: the request owns the stamps now */
+    const int32_t c = sl->choice;
+    r->choice_finish[c] = g->finish;
+    r->choice_timing[c] = g->timing; /* moved: the request owns the stamps now */
     memset(&g->timing, 0, sizeof(g->timing));
     ft_gen_free(g);
     sl->r = NULL;
+    sl->wait_fork = false;
     s->n_running--;
-    /* Not running any more by the time the owner hears DONE. */
-    atomic_store(&s->running, s->n_running);
     publish_kv_usage(s);
+    if (--r->choices_left > 0)
+        return;
+    const int32_t n = FT_MAX(r->n_choices, 1);
+    r->finish = r->choice_finish[0];
+    for (int32_t k = 0; k < n; k++) {
+        if (r->choice_finish[k] == FT_FINISH_ERROR)
+            r->finish = FT_FINISH_ERROR;
+        else if (r->choice_finish[k] == FT_FINISH_CANCELLED && r->finish != FT_FINISH_ERROR)
+            r->finish = FT_FINISH_CANCELLED;
+    }
+    merge_timing(r, n);
+    s->n_requests--;
+    /* Not running any more by the time the owner hears DONE. */
+    atomic_store(&s->running, s->n_requests);
     report_done(s, r);
 }
 
+/* A failed or cancelled request ends as a whole: every choice it still runs. */
+static void finish_request(struct ft_scheduler *s, struct ft_request *r, enum ft_finish_reason reason) {
+    int32_t idx[FT_MAX_CHOICES], n = 0;
+    for (int32_t i = 0; i < s->p.n_slots && n < FT_MAX_CHOICES; i++)
+        if (s->slots[i].r == r)
+            idx[n++] = i;
+    for (int32_t k = 0; k < n; k++)
+        finish_slot(s, idx[k], reason); /* the last one may free r */
+}
+
+/* r's choices take n free slots (the caller checked there are). */
 static void admit(struct ft_scheduler *s, struct ft_request *r) {
-    int32_t i = 0;
-    while (s->slots[i].r)
-        i++;
-    struct slot *sl = &s->slots[i];
-    sl->r = r;
-    sl->order = ++s->n_admitted;
-    s->n_running++;
-    atomic_store(&s->running, s->n_running);
-    ft_clear_error();
-    const int rc = ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &r->params);
-    sl->g.timing.received = r->received;
-    sl->g.timing.admitted = ft_clock_ticks();
-    sl->g.timing.prompt_tokens = r->n_prompt;
-    if (rc) {
-        set_error(r, rc, "bad sampling parameters");
-        finish_slot(s, i, FT_FINISH_ERROR);
-        return;
+    const int32_t n = FT_MAX(r->n_choices, 1);
+    const uint64_t now = ft_clock_ticks();
+    r->choices_left = n;
+    s->n_requests++;
+    atomic_store(&s->running, s->n_requests);
+    int32_t i = 0, rc = FT_OK;
+    for (int32_t c = 0; c < n; c++) {
+        while (s->slots[i].r)
+            i++;
+        struct slot *sl = &s->slots[i];
+        sl->r = r;
+        sl->choice = c;
+        sl->wait_fork = c > 0;
+        sl->order = ++s->n_admitted;
+        s->n_running++;
+        struct ft_gen_params gp = r->params;
+        gp.sampling.seed += (uint64_t)c; /* choice c: seed + c, reproducible */
+        ft_clear_error();
+        const int grc = ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &gp);
+        sl->g.timing.received = r->received;
+        sl->g.timing.admitted = now;
+        sl->g.timing.prompt_tokens = r->n_prompt;
+        if (grc && !rc) {
+            rc = grc;
+            set_error(r, rc, "bad sampling parameters");
+        }
+        if (!grc)
+            ft_gen_accept_prompt(&sl->g, r->prompt, r->n_prompt);
+        if (c == 0 && !grc) {
+            const int32_t cached = ft_prefix_cache_attach(s->pc, i, r->prompt, r->n_prompt);
+            sl->g.timing.cached_prompt_tokens = cached;
+            sl->g.n_past = cached;
+        }
     }
-    ft_gen_accept_prompt(&sl->g, r->prompt, r->n_prompt);
-    const int32_t cached = ft_prefix_cache_attach(s->pc, i, r->prompt, r->n_prompt);
-    sl->g.timing.cached_prompt_tokens = cached;
-    sl->g.n_past = cached;
+    if (rc)
+        finish_request(s, r, FT_FINISH_ERROR);
     publish_kv_usage(s);
 }
 
@@ -153,7 +236,7 @@ static int32_t build_batch(struct ft_scheduler *s) {
         struct slot *sl = &s->slots[i];
         sl->chunk = 0;
         sl->row = -1;
-        if (!sl->r)
+        if (!sl->r || sl->wait_fork)
             continue;
         if (sl->g.n_past >= sl->r->n_prompt)
             add_token(s, &n, &n_rows, i, sl->g.tokens[sl->g.n_tokens - 1], sl->g.n_past, true);
@@ -185,10 +268,58 @@ static int32_t build_batch(struct ft_scheduler *s) {
     return n;
 }
 
+/* Slot i samples from `row`, reports the text (and, with logprobs, the
+ * token) and leaves when it is done. */
+static void sample_slot(struct ft_scheduler *s, int32_t i, const float *row) {
+    struct slot *sl = &s->slots[i];
+    struct ft_request *r = sl->r;
+    const int grc = ft_gen_step(&sl->g, row);
+    if (grc) {
+        set_error(r, grc, "generation failed");
+        finish_request(s, r, FT_FINISH_ERROR);
+        return;
+    }
+    if (sl->g.out_len || sl->g.logprobs || sl->g.finish) {
+        r->event_choice = sl->choice;
+        r->event_logprob = sl->g.logprobs ? &sl->g.lp : NULL;
+        r->event_finish = sl->g.finish;
+        s->p.on_event(s->p.ud, r, FT_EVENT_TEXT, sl->g.out, sl->g.out_len);
+        r->event_logprob = NULL;
+        r->event_finish = FT_FINISH_NONE;
+    }
+    if (sl->g.finish)
+        finish_slot(s, i, FT_FINISH_NONE);
+    else if (atomic_load_explicit(&r->cancel, memory_order_relaxed))
+        finish_request(s, r, FT_FINISH_CANCELLED);
+}
+
+/* Choice 0 of r (slot i) has prefilled the prompt: the waiting choices
+ * start on its KV blocks and sample from the same logits row. */
+static void fork_choices(struct ft_scheduler *s, int32_t i, const float *row) {
+    struct ft_request *r = s->slots[i].r;
+    for (int32_t j = 0; j < s->p.n_slots; j++) {
+        struct slot *sj = &s->slots[j];
+        if (sj->r != r || !sj->wait_fork)
+            continue;
+        ft_clear_error();
+        const int rc = ft_prefix_cache_fork(s->pc, j, i, r->n_prompt);
+        if (rc) {
+            set_error(r, rc, "sharing the prompt between choices failed");
+            finish_request(s, r, FT_FINISH_ERROR);
+            return;
+        }
+        sj->wait_fork = false;
+        sj->g.n_past = r->n_prompt;
+    }
+    for (int32_t j = 0; j < s->p.n_slots; j++)
+        if (j != i && s->slots[j].r == r && !s->slots[j].g.n_tokens)
+            sample_slot(s, j, row); /* an error or a cancel ends all of r: then no slot lists it */
+}
+
 static void step(struct ft_scheduler *s) {
     for (int32_t i = 0; i < s->p.n_slots; i++)
         if (s->slots[i].r && atomic_load_explicit(&s->slots[i].r->cancel, memory_order_relaxed))
-            finish_slot(s, i, FT_FINISH_CANCELLED);
+            finish_request(s, s->slots[i].r, FT_FINISH_CANCELLED);
     if (!s->n_running)
         return;
     const int32_t n = build_batch(s);
@@ -204,12 +335,12 @@ static void step(struct ft_scheduler *s) {
     publish_kv_usage(s);
     for (int32_t i = 0; i < s->p.n_slots; i++) {
         struct slot *sl = &s->slots[i];
-        if (!sl->r || (!sl->chunk && sl->row < 0))
+        if (!sl->r || sl->wait_fork || (!sl->chunk && sl->row < 0))
             continue;
         struct ft_request *r = sl->r;
         if (rc) {
             set_error(r, rc, "generation failed");
-            finish_slot(s, i, FT_FINISH_ERROR);
+            finish_request(s, r, FT_FINISH_ERROR);
             continue;
         }
         sl->g.n_past += sl->chunk ? sl->chunk : 1;
@@ -219,18 +350,11 @@ static void step(struct ft_scheduler *s) {
         ft_prefix_cache_update(s->pc, i, r->prompt, na, sl->g.tokens, sl->g.n_past - na);
         if (sl->row < 0)
             continue;
-        const int grc = ft_gen_step(&sl->g, s->logits + (size_t)sl->row * (size_t)s->n_vocab);
-        if (grc) {
-            set_error(r, grc, "generation failed");
-            finish_slot(s, i, FT_FINISH_ERROR);
-            continue;
-        }
-        if (sl->g.out_len)
-            s->p.on_event(s->p.ud, r, FT_EVENT_TEXT, sl->g.out, sl->g.out_len);
-        if (sl->g.finish)
-            finish_slot(s, i, FT_FINISH_NONE);
-        else if (atomic_load_explicit(&r->cancel, memory_order_relaxed))
-            finish_slot(s, i, FT_FINISH_CANCELLED);
+        const float *row = s->logits + (size_t)sl->row * (size_t)s->n_vocab;
+        if (sl->chunk && r->n_choices > 1)
+            fork_choices(s, i, row);
+        if (s->slots[i].r == r) /* a fork failure ends the request */
+            sample_slot(s, i, row);
     }
     publish_kv_usage(s);
 }
@@ -260,8 +384,10 @@ static void *thread_main(void *arg) {
         }
         /* Take what fits into free slots; admit outside the lock. */
         struct ft_request *joining = NULL, **tail = &joining;
-        for (int32_t free_slots = s->p.n_slots - s->n_running; free_slots > 0 && s->head; free_slots--) {
+        for (int32_t free_slots = s->p.n_slots - s->n_running;
+             s->head && FT_MAX(s->head->n_choices, 1) <= free_slots;) {
             struct ft_request *r = s->head;
+            free_slots -= FT_MAX(r->n_choices, 1);
             s->head = r->next;
             s->n_queued--;
             r->next = NULL;
@@ -282,7 +408,7 @@ static void *thread_main(void *arg) {
     }
     for (int32_t i = 0; i < s->p.n_slots; i++)
         if (s->slots[i].r)
-            finish_slot(s, i, FT_FINISH_CANCELLED);
+            finish_request(s, s->slots[i].r, FT_FINISH_CANCELLED);
     pthread_mutex_lock(&s->lock);
     struct ft_request *queued = s->head;
     s->head = s->tail = NULL;
@@ -391,6 +517,11 @@ void ft_scheduler_free(struct ft_scheduler *s) {
 int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r) {
     if (r->n_prompt < 1 || r->n_prompt >= s->p.n_ctx) {
         FT_LOG_E("the prompt has %d tokens; the context holds %d", (int)r->n_prompt, (int)s->p.n_ctx);
+        return FT_EINVAL;
+    }
+    if (r->n_choices < 0 || r->n_choices > FT_MIN(FT_MAX_CHOICES, s->p.n_slots)) {
+        FT_LOG_E("n=%d choices: this server runs at most %d at once (-np %d)", (int)r->n_choices,
+                 (int)FT_MIN(FT_MAX_CHOICES, s->p.n_slots), (int)s->p.n_slots);
         return FT_EINVAL;
     }
     r->next = NULL;

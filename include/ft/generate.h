@@ -14,6 +14,7 @@
 #ifndef FT_GENERATE_H
 #define FT_GENERATE_H
 
+#include "ft/logprobs.h"
 #include "ft/metrics.h"
 #include "ft/model.h"
 #include "ft/sampler.h"
@@ -40,6 +41,8 @@ struct ft_gen_params {
     const char *const *stops; /* kept by pointer: the caller keeps them alive */
     int n_stops;
     bool ignore_eos;          /* keep going after an end-of-generation token */
+    bool logprobs;            /* compute each token's log-probability (include/ft/logprobs.h) */
+    int32_t top_logprobs;     /* with logprobs: also the most likely tokens, 0 .. FT_MAX_TOP_LOGPROBS */
 };
 
 /* One sequence's generation. Owned by one thread at a time. */
@@ -50,7 +53,11 @@ struct ft_gen {
     struct ft_stop_matcher stop;
     int32_t max_tokens;
     int32_t n_ctx;      /* context of the sequence: generation stops when it is full */
+    int32_t n_vocab;
     bool ignore_eos;
+    bool logprobs;
+    int32_t top_logprobs;
+    struct ft_token_logprob lp; /* with logprobs: the last step's token (valid until the next step) */
     int32_t n_past;     /* tokens whose KV is in the sequence */
     int32_t *tokens;    /* sampled tokens, in order */
     int32_t n_tokens;
@@ -76,7 +83,8 @@ void ft_gen_accept_prompt(struct ft_gen *g, const int32_t *tokens, int32_t n);
  * characters, never part of a stop string), valid until the next call.
  * When g->finish is set the remaining text has been flushed; otherwise the
  * token g->tokens[g->n_tokens - 1] must be evaluated at position g->n_past
- * before the next step. FT_ENOMEM on allocation failure. */
+ * before the next step. With p->logprobs, g->lp describes the sampled token.
+ * FT_ENOMEM on allocation failure. */
 int ft_gen_step(struct ft_gen *g, const float *logits);
 
 /* Called after every sampled token with the text it released (possibly

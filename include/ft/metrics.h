@@ -6,8 +6,12 @@
 #ifndef FT_METRICS_H
 #define FT_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Choices (the API's `n`) of one request at most. */
+#define FT_MAX_CHOICES 16
 
 struct ft_request_timing {
     uint64_t received;      /* request received (body parsed) */
@@ -21,6 +25,11 @@ struct ft_request_timing {
     uint64_t *token_ready;
     int32_t n_tokens;
     int32_t cap_tokens;
+    /* A request with n > 1 choices: token_ready holds choice 0's stamps,
+     * then choice 1's, ...; choice_tokens[c] counts choice c's. n_choices
+     * 0 or 1: all stamps belong to one sequence. */
+    int32_t n_choices;
+    int32_t choice_tokens[FT_MAX_CHOICES];
 };
 
 struct ft_itl {
@@ -50,6 +59,17 @@ void ft_request_timing_free(struct ft_request_timing *t);
 /* Stamp one completion token as ready now; FT_ENOMEM if it cannot grow. */
 int ft_request_timing_token(struct ft_request_timing *t, uint64_t now);
 
+/* Token i > 0 follows token i - 1 of the same choice (a gap between
+ * tokens); false for the first token of every choice. */
+bool ft_request_timing_is_gap(const struct ft_request_timing *t, int32_t i);
+
+/* With several choices (DESIGN.md §3 applied to the request as a whole):
+ * completion_tokens sums them; decode_tokens = completion_tokens - (choices
+ * with a token), since each choice's first token comes from the one shared
+ * prefill; TTFT runs to the first token of any choice, decode_time from
+ * there to the last token of any choice, so decode_tokens_per_second is
+ * the request's throughput over all choices; the inter-token latencies are
+ * the gaps within each choice. */
 void ft_metrics_compute(const struct ft_request_timing *t, struct ft_request_metrics *out);
 /* Multi-line human-readable block (ft run). Returns bytes as snprintf. */
 int ft_metrics_format_text(const struct ft_request_metrics *m, char *buf, size_t cap);

@@ -41,6 +41,14 @@ void ft_prefix_cache_free(struct ft_prefix_cache *pc);
  * now holds (0 .. n-1). */
 int32_t ft_prefix_cache_attach(struct ft_prefix_cache *pc, int32_t seq, const int32_t *prompt, int32_t n);
 
+/* Start the empty sequence `dst` on the first len tokens of sequence `src`
+ * (len <= its length): dst's table lists the same blocks (the KV cache
+ * copies the partly filled last one on the first write to it) and
+ * continues src's chain of cache nodes. This is how the choices of one
+ * request (n > 1) share their prompt. FT_EINVAL when dst is not empty or
+ * len is out of range. */
+int ft_prefix_cache_fork(struct ft_prefix_cache *pc, int32_t dst, int32_t src, int32_t len);
+
 /* After a forward pass: the KV of `seq` holds the tokens a[0..na) followed
  * by b[0..nb) (the prompt and the generated tokens evaluated so far, or a
  * prefix of them). Its newly completed blocks become cache nodes. */

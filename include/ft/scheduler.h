@@ -34,18 +34,37 @@ struct ft_request {
     const int32_t *prompt; /* 1 .. n_ctx-1 tokens */
     int32_t n_prompt;
     struct ft_gen_params params;
+    /* Completions of the prompt (the API's `n`), 1 .. FT_MAX_CHOICES and at
+     * most n_slots (0 means 1). The prompt is prefilled once; then each
+     * choice continues on its own sequence over the prompt's KV blocks
+     * (shared, copied on write), with its own sampler seeded with
+     * params.sampling.seed + choice, its own stops and finish reason. */
+    int32_t n_choices;
     uint64_t received; /* ft_clock_ticks() when the request was received (body parsed) */
     atomic_bool cancel; /* any thread may set it; the scheduler stops it at the next step */
     void *user;
 
     /* Filled by the scheduler before FT_EVENT_DONE; the submitter's after. */
-    enum ft_finish_reason finish;
+    enum ft_finish_reason finish; /* the request's: ERROR or CANCELLED when any choice ended so, else choice 0's */
+    enum ft_finish_reason choice_finish[FT_MAX_CHOICES];
     int error;               /* FT_E* when finish == FT_FINISH_ERROR */
     char error_msg[256];
     struct ft_request_timing timing; /* the submitter frees it (ft_request_timing_free) */
     struct ft_request_metrics metrics; /* computed from timing */
 
-    struct ft_request *next; /* queue link, scheduler-private */
+    /* Valid during an FT_EVENT_TEXT callback: the choice that released the
+     * text; with params.logprobs, its token's log-probabilities (with
+     * logprobs every token gets an event, even when it releases no text);
+     * and, on the choice's last event, how it finished (STOP or LENGTH;
+     * NONE before; a cancelled or failed request ends only with DONE). */
+    int32_t event_choice;
+    const struct ft_token_logprob *event_logprob;
+    enum ft_finish_reason event_finish;
+
+    /* Scheduler-private. */
+    struct ft_request *next; /* queue link */
+    int32_t choices_left;
+    struct ft_request_timing choice_timing[FT_MAX_CHOICES];
 };
 
 enum ft_event { FT_EVENT_TEXT, FT_EVENT_DONE };
@@ -78,7 +97,8 @@ int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, st
  * after it). Accepts NULL. */
 void ft_scheduler_free(struct ft_scheduler *s);
 
-/* Queue a request. FT_EINVAL when the prompt does not fit the context,
+/* Queue a request. FT_EINVAL when the prompt does not fit the context or
+ * n_choices is out of range (more than n_slots),
  * FT_EFULL when max_queue requests are already waiting. On error the
  * request is not queued and no event will come. */
 int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r);

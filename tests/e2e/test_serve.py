@@ -553,12 +553,12 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "stop": 7}, "stop", None),
     ({"messages": [{"role": "user", "content": "x"}], "stop": ["a"] * 17}, "stop", "at most"),
-    ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n", "n=1"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n", "between 1 and"),
     ({"messages": [{"role": "user", "content": "x"}], "performance_metrics": "yes"}, "performance_metrics", None),
     ({"messages": [{"role": "user", "content": "x"}], "seed": "abc"}, "seed", None),
     ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, "ignore_eos", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 9}, "presence_penalty", None),
-    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, "logprobs", "not supported"),
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, "logprobs", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "stream_options": 3}, "stream_options", None),
 ]
 

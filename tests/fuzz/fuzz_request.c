@@ -65,6 +65,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (ep == FT_API_CHAT && r.n_messages < 1)
         abort();
+    if (r.n < 1 || r.n > FT_API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > FT_API_MAX_TOP_LOGPROBS ||
+        (!r.logprobs && r.top_logprobs))
+        abort();
     if (ep == FT_API_COMPLETIONS) {
         if (!r.prompt && r.n_prompt_tokens < 1)
             abort();
@@ -79,9 +82,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                    .prefill_tokens_per_second = -1, .decode_tokens_per_second = 10};
     const struct ft_resp_ctx ctx = {ep, "cmpl-fuzz", 0, r.model ? r.model : "m", r.include_usage};
     const char *text = ep == FT_API_CHAT ? r.messages[r.n_messages - 1].content : (r.prompt ? r.prompt : "");
-    char *s = ft_resp_completion(&ctx, text, FT_FINISH_STOP, &m, r.performance_metrics == 1 ? &m : NULL);
+    const struct ft_resp_choice choice = {text, FT_FINISH_STOP, NULL};
+    char *s = ft_resp_completion(&ctx, &choice, 1, &m, r.performance_metrics == 1 ? &m : NULL);
     free(s);
-    s = ft_resp_chunk_text(&ctx, text);
+    s = ft_resp_chunk_text(&ctx, r.n - 1, text, NULL);
     free(s);
     ft_api_request_free(&r);
     return 0;
