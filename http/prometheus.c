@@ -27,7 +27,8 @@ struct histogram {
 };
 
 static const char *const k_endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
-                                          "/health", "/metrics", "other"};
+                                          "/health", "/metrics", "/v1/embeddings", "/tokenize", "/detokenize",
+                                          "other"};
 #define N_ENDPOINTS ((int)FT_ARRAY_LEN(k_endpoints))
 #define MAX_STATUS_ROWS 128
 
