@@ -232,7 +232,6 @@ static int32_t build_batch(struct ft_scheduler *s) {
     return n;
 }
 
-
 /* ---- embeddings --------------------------------------------------------------- */
 
 static bool embd_stopped(const struct ft_request *r) {
@@ -468,9 +467,10 @@ static void *thread_main(void *arg) {
             finish_slot(s, i, FT_FINISH_CANCELLED);
     while (s->embd_head) {
         struct ft_request *r = s->embd_head;
+        embd_unlink(s, r);
         r->finish = FT_FINISH_CANCELLED;
-        embd_drop_rest(s, r); /* unlinks it */
-        embd_maybe_done(s, r);
+        r->embd->next = r->embd->n_inputs;
+        embd_maybe_done(s, r); /* none of its inputs runs any more */
     }
     pthread_mutex_lock(&s->lock);
     struct ft_request *queued = s->head;
