@@ -235,6 +235,13 @@ int ft_embd_prepare(struct ft_embd_request *r, const struct ft_tokenizer *tok, i
 
 /* ---- the response ------------------------------------------------------------ */
 
+bool ft_embd_finite(const struct ft_embd_request *r) {
+    for (size_t i = 0; i < (size_t)r->n_inputs * (size_t)r->n_embd; i++)
+        if (!isfinite(r->out[i]))
+            return false;
+    return true;
+}
+
 /* llama.cpp's common_embd_normalize(…, 2): v / |v|, a zero vector stays zero. */
 static void l2_normalize(const float *in, float *out, int32_t n) {
     double sum = 0.0;

@@ -55,6 +55,10 @@ int ft_embd_parse(const char *body, size_t len, int32_t n_vocab, struct ft_embd_
 int ft_embd_prepare(struct ft_embd_request *r, const struct ft_tokenizer *tok, int32_t n_ctx, int32_t n_embd,
                     int32_t pooling_type, struct ft_api_error *err /* OUT */);
 
+/* Whether every pooled vector is finite (JSON has no NaN; the server
+ * answers 500 otherwise). */
+bool ft_embd_finite(const struct ft_embd_request *r);
+
 /* The response body after the job is done: every vector L2-normalized.
  * usage's prompt_tokens (= total_tokens) sums the inputs' tokens; metrics
  * (NULL: not asked for) gets the engine's queue, prefill and total times.

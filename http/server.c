@@ -291,6 +291,10 @@ static void send_piece(struct srv_req *r, const char *text) {
 
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
+    if (r->embd && er->finish == FT_FINISH_STOP && !ft_embd_finite(r->embd)) {
+        er->finish = FT_FINISH_ERROR;
+        snprintf(er->error_msg, sizeof(er->error_msg), "the model's hidden states are not finite (NaN or infinity)");
+    }
     const struct ft_request_metrics *m = &er->metrics;
     int status = 200;
     const char *error = NULL;

@@ -373,7 +373,7 @@ def test_client_gone_cancels(srv):
     """A client that disconnects mid-request cancels it; the server goes on."""
     import socket
     import time
-    body = json.dumps({"input": ["word " * 400] * 40}).encode()
+    body = json.dumps({"input": ["word " * 400] * 200}).encode()  # 80,000 tokens: seconds of work
     sock = socket.create_connection(("127.0.0.1", srv.port))
     sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
