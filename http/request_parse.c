@@ -427,26 +427,20 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
     return 0;
 }
 
-int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, int32_t n_vocab,
-                         struct ft_api_request *out, struct ft_api_error *err) {
-    memset(out, 0, sizeof(*out));
-    memset(err, 0, sizeof(*err));
-    out->endpoint = ep;
-    out->sampling = ft_sampler_default_params();
-    out->performance_metrics = -1;
+cJSON *ft_api_parse_body(const char *body, size_t len, struct ft_api_error *err) {
     if (len == 0)
-        return BAD(NULL, "the request body is empty: send a JSON object");
+        return ft_api_error_set(err, 400, NULL, NULL, "the request body is empty: send a JSON object"), NULL;
     if (!ft_utf8_valid(body, len))
-        return BAD(NULL, "the request body is not valid UTF-8");
+        return ft_api_error_set(err, 400, NULL, NULL, "the request body is not valid UTF-8"), NULL;
     if (memchr(body, 0, len) || has_nul_escape(body, len))
-        return BAD(NULL, "strings in the request must not contain U+0000");
+        return ft_api_error_set(err, 400, NULL, NULL, "strings in the request must not contain U+0000"), NULL;
     if (check_json_shape(body, len, err))
-        return -1;
+        return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!root) {
         size_t at = (end && end >= body && end <= body + len) ? (size_t)(end - body) : 0;
-        return BAD(NULL, "the request body is not valid JSON (error near byte %zu)", at);
+        return ft_api_error_set(err, 400, NULL, NULL, "the request body is not valid JSON (error near byte %zu)", at), NULL;
     }
     int rc = 0;
     for (const char *p = end; p < body + len; p++) {
@@ -457,8 +451,24 @@ int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, 
     }
     if (!rc && !cJSON_IsObject(root))
         rc = BAD(NULL, "the request body must be a JSON object");
-    if (!rc)
-        rc = parse_fields(root, ep, n_vocab, out, err);
+    if (rc) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, int32_t n_vocab,
+                         struct ft_api_request *out, struct ft_api_error *err) {
+    memset(out, 0, sizeof(*out));
+    memset(err, 0, sizeof(*err));
+    out->endpoint = ep;
+    out->sampling = ft_sampler_default_params();
+    out->performance_metrics = -1;
+    cJSON *root = ft_api_parse_body(body, len, err);
+    if (!root)
+        return -1;
+    int rc = parse_fields(root, ep, n_vocab, out, err);
     cJSON_Delete(root);
     if (rc)
         ft_api_request_free(out);

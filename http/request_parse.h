@@ -78,6 +78,12 @@ int ft_api_request_parse(const char *body, size_t len, enum ft_api_endpoint ep, 
                          struct ft_api_request *out /* OUT */, struct ft_api_error *err /* OUT */);
 void ft_api_request_free(struct ft_api_request *r); /* accepts a zeroed struct */
 
+/* The checks every JSON body gets (UTF-8, no U+0000, depth and value
+ * bounds, one JSON object and nothing after it): the parsed object (the
+ * caller cJSON_Deletes it), or NULL with *err filled. */
+struct cJSON;
+struct cJSON *ft_api_parse_body(const char *body, size_t len, struct ft_api_error *err /* OUT */);
+
 void ft_api_error_set(struct ft_api_error *err, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 

@@ -29,6 +29,7 @@
 #include "access_log.h"
 #include "backend.h"
 #include "conn.h"
+#include "embeddings.h"
 #include "errors.h"
 #include "logprobs_json.h"
 #include "otlp.h"
@@ -36,6 +37,7 @@
 #include "request_parse.h"
 #include "responses.h"
 #include "sse.h"
+#include "tokenize.h"
 
 #include "ft/clock.h"
 #include "ft/common.h"
@@ -110,11 +112,12 @@ struct srv_choice {
     bool finished;              /* streaming: its finish chunk is sent */
 };
 
-/* One generation request, from parsing to the last byte. */
+/* One generation (or embeddings) request, from parsing to the last byte. */
 struct srv_req {
     struct srv *srv;
     struct ft_request er; /* what the scheduler runs */
     struct ft_api_request api;
+    struct ft_embd_request *embd; /* POST /v1/embeddings (er.embd is &embd->job); NULL for a generation */
     int32_t *prompt;
     bool want_metrics;
     struct ft_resp_ctx ctx;
@@ -263,6 +266,8 @@ static void on_engine_event(void *ud, struct ft_request *er, enum ft_event ev, c
 static void srv_req_free(struct srv_req *r) {
     if (!r)
         return;
+    ft_embd_request_free(r->embd);
+    free(r->embd);
     ft_request_timing_free(&r->er.timing);
     free(r->prompt);
     free(r->outbox);
@@ -447,6 +452,10 @@ static const char *prompt_for_log(const struct ft_api_request *api, char *buf, s
 
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
+    if (r->embd && er->finish == FT_FINISH_STOP && !ft_embd_finite(r->embd)) {
+        er->finish = FT_FINISH_ERROR;
+        snprintf(er->error_msg, sizeof(er->error_msg), "the model's hidden states are not finite (NaN or infinity)");
+    }
     const struct ft_request_metrics *m = &er->metrics;
     int status = 200;
     const char *error = NULL;
@@ -487,7 +496,8 @@ static void finish_request(struct srv *s, struct srv_req *r) {
                           strlen(body ? body : fallback));
             free(body);
         } else {
-            char *body = completion_body(r, m, metrics);
+            char *body = r->embd ? ft_embd_response(r->embd, s->model_id, m, r->want_metrics)
+                                 : completion_body(r, m, metrics);
             if (!body) {
                 status = 500;
                 error = "out of memory";
@@ -552,17 +562,108 @@ static void on_wake(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- routes ------------------------------------------------------------------ */
 
-static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *body,
-                            size_t len, const char *endpoint, enum ft_api_endpoint ep) {
+/* Requests that need the model: a 503 unless it is loaded and the server is
+ * not shutting down. */
+static bool engine_ready(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *endpoint) {
     if (s->signals) {
         reply_error(s, conn, req, endpoint, 503, "the server is shutting down", NULL, "shutting_down");
-        return;
+        return false;
     }
     if (atomic_load(&s->state) != STATE_READY) {
         reply_error(s, conn, req, endpoint, 503, "the model is still loading; retry when GET /health answers 200",
                     NULL, "model_loading");
+        return false;
+    }
+    return true;
+}
+
+static bool model_matches(const struct srv *s, const char *model) {
+    return !model || !strcmp(model, s->model_id) || !strcmp(model, s->cfg->model_path);
+}
+
+static void reply_model_not_found(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req,
+                                  const char *endpoint, const char *model) {
+    char msg[480];
+    snprintf(msg, sizeof(msg), "the model '%.200s' does not exist; this server serves '%.150s'", model, s->model_id);
+    reply_error(s, conn, req, endpoint, 404, msg, "model", "model_not_found");
+}
+
+/* Hand r to the scheduler; on refusal answer, free it and return false. */
+static bool submit(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *endpoint,
+                   struct srv_req *r) {
+    ft_clear_error();
+    const int rc = ft_scheduler_submit(s->backend->sched, &r->er);
+    if (rc) {
+        if (rc == FT_EFULL) {
+            static const struct ft_http_header_out retry[] = {{"Retry-After", "1"}};
+            reply_error_h(s, conn, req, endpoint, 503, "the server is busy: too many requests are waiting", NULL,
+                          "server_busy", retry, 1);
+        } else {
+            reply_error(s, conn, req, endpoint, 400, ft_last_error(), NULL, NULL);
+        }
+        srv_req_free(r);
+        return false;
+    }
+    /* Events for r are handled on this thread, after this function returns. */
+    inflight_add(s, r);
+    r->conn = conn;
+    ft_conn_set_active(conn, r);
+    return true;
+}
+
+static void handle_embeddings(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req,
+                              const char *body, size_t len, const char *endpoint) {
+    if (!engine_ready(s, conn, req, endpoint))
+        return;
+    struct ft_backend *b = s->backend;
+    const struct ft_hparams *hp = ft_model_hparams(b->model);
+    struct srv_req *r = calloc(1, sizeof(*r));
+    if (!r || !(r->embd = calloc(1, sizeof(*r->embd)))) {
+        srv_req_free(r);
+        reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
         return;
     }
+    struct ft_api_error err;
+    int rc = ft_embd_parse(body, len, b->n_vocab, r->embd, &err);
+    r->er.received = ft_clock_ticks(); /* docs/architecture.md, Metrics contract: received = body parsed */
+    if (!rc && !model_matches(s, r->embd->model)) {
+        reply_model_not_found(s, conn, req, endpoint, r->embd->model);
+        srv_req_free(r);
+        return;
+    }
+    if (rc || ft_embd_prepare(r->embd, b->tok, b->n_ctx, hp->n_embd, hp->pooling_type, &err)) {
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
+        srv_req_free(r);
+        return;
+    }
+    r->srv = s;
+    r->endpoint = endpoint;
+    r->er.embd = &r->embd->job;
+    r->er.user = r;
+    r->want_metrics = r->embd->performance_metrics >= 0 ? r->embd->performance_metrics == 1 : s->cfg->metrics_default;
+    snprintf(r->remote, sizeof(r->remote), "%s", ft_conn_remote(conn));
+    submit(s, conn, req, endpoint, r);
+}
+
+/* POST /tokenize and /detokenize (http/tokenize.h): answered on this thread. */
+static void handle_tokenize(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *body,
+                            size_t len, const char *endpoint, bool detokenize) {
+    if (!engine_ready(s, conn, req, endpoint))
+        return;
+    struct ft_api_error err;
+    char *json = detokenize ? ft_detokenize_handle(s->backend->tok, body, len, &err)
+                            : ft_tokenize_handle(s->backend->tok, body, len, &err);
+    if (json)
+        reply_json(s, conn, req, endpoint, 200, json);
+    else
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
+    free(json);
+}
+
+static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft_http_request *req, const char *body,
+                            size_t len, const char *endpoint, enum ft_api_endpoint ep) {
+    if (!engine_ready(s, conn, req, endpoint))
+        return;
     struct ft_backend *b = s->backend;
     struct srv_req *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -577,11 +678,8 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         srv_req_free(r);
         return;
     }
-    if (r->api.model && strcmp(r->api.model, s->model_id) != 0 && strcmp(r->api.model, s->cfg->model_path) != 0) {
-        char msg[480];
-        snprintf(msg, sizeof(msg), "the model '%.200s' does not exist; this server serves '%.150s'", r->api.model,
-                 s->model_id);
-        reply_error(s, conn, req, endpoint, 404, msg, "model", "model_not_found");
+    if (!model_matches(s, r->api.model)) {
+        reply_model_not_found(s, conn, req, endpoint, r->api.model);
         srv_req_free(r);
         return;
     }
@@ -633,22 +731,8 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->ctx = (struct ft_resp_ctx){ep, r->id, (long long)time(NULL), s->model_id, r->api.include_usage};
     snprintf(r->remote, sizeof(r->remote), "%s", ft_conn_remote(conn));
 
-    ft_clear_error();
-    if ((rc = ft_scheduler_submit(b->sched, &r->er))) {
-        if (rc == FT_EFULL) {
-            static const struct ft_http_header_out retry[] = {{"Retry-After", "1"}};
-            reply_error_h(s, conn, req, endpoint, 503, "the server is busy: too many requests are waiting", NULL,
-                          "server_busy", retry, 1);
-        } else {
-            reply_error(s, conn, req, endpoint, 400, ft_last_error(), NULL, NULL);
-        }
-        srv_req_free(r);
+    if (!submit(s, conn, req, endpoint, r))
         return;
-    }
-    /* Events for r are handled on this thread, after this function returns. */
-    inflight_add(s, r);
-    r->conn = conn;
-    ft_conn_set_active(conn, r);
     if (r->api.stream) {
         ft_sse_start(conn);
         for (int32_t i = 0; ep == FT_API_CHAT && i < r->api.n && r->conn; i++) {
@@ -727,7 +811,17 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
         evbuffer_free(b);
 }
 
-enum route_kind { R_CHAT, R_COMPLETIONS, R_MODELS, R_HEALTH, R_LIVE, R_METRICS };
+enum route_kind {
+    R_CHAT,
+    R_COMPLETIONS,
+    R_MODELS,
+    R_HEALTH,
+    R_LIVE,
+    R_METRICS,
+    R_EMBEDDINGS,
+    R_TOKENIZE,
+    R_DETOKENIZE,
+};
 
 static const struct route {
     const char *path;
@@ -740,6 +834,9 @@ static const struct route {
     {"/health", FT_HTTP_GET, R_HEALTH},
     {"/livez", FT_HTTP_GET, R_LIVE},
     {"/metrics", FT_HTTP_GET, R_METRICS},
+    {"/v1/embeddings", FT_HTTP_POST, R_EMBEDDINGS},
+    {"/tokenize", FT_HTTP_POST, R_TOKENIZE},
+    {"/detokenize", FT_HTTP_POST, R_DETOKENIZE},
 };
 
 /* Compares the whole key in constant time, so response timing does not
@@ -834,6 +931,9 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     case R_HEALTH: handle_health(s, c, req, route->path); break;
     case R_LIVE: handle_live(s, c, req, route->path); break;
     case R_METRICS: handle_metrics(s, c, req, route->path); break;
+    case R_EMBEDDINGS: handle_embeddings(s, c, req, body, body_len, route->path); break;
+    case R_TOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, false); break;
+    case R_DETOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, true); break;
     }
 }
 

@@ -301,10 +301,37 @@ void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, flo
 
 void ft_blk_output(struct ft_fwd *f) {
     const struct ft_model *m = f->m;
+    struct ft_scratch *s = f->s;
     if (f->n_rows == 0)
         return;
-    ft_blk_rmsnorm(f, f->s->xb, f->s->x, &m->output_norm);
-    ft_blk_matmul(f, f->logits, &m->output, &m->output_b, f->s->xb);
+    ft_blk_rmsnorm(f, s->xb, s->x, &m->output_norm);
+    /* The kept rows are in row_want's order (ft_blk_keep_out_rows). */
+    const int64_t E = m->hp.n_embd;
+    int32_t n_embd = 0, n_logits = 0;
+    for (int32_t o = 0; o < f->n_rows; o++) {
+        if (s->row_want[o] & FT_WANT_EMBD)
+            memcpy(f->embd + n_embd++ * E, s->xb + o * E, (size_t)E * sizeof(float));
+        n_logits += (s->row_want[o] & FT_WANT_LOGITS) != 0;
+    }
+    if (n_logits < f->n_rows) {
+        /* Rows that wanted only their hidden state skip the LM head. */
+        int32_t k = 0;
+        for (int32_t o = 0; o < f->n_rows; o++) {
+            if (!(s->row_want[o] & FT_WANT_LOGITS))
+                continue;
+            if (k != o) {
+                memmove(s->xb + k * E, s->xb + o * E, (size_t)E * sizeof(float));
+                s->row_pos[k] = s->row_pos[o];
+                s->row_seq[k] = s->row_seq[o];
+            }
+            k++;
+        }
+        f->n_rows = n_logits;
+        count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
+        if (n_logits == 0)
+            return;
+    }
+    ft_blk_matmul(f, f->logits, &m->output, &m->output_b, s->xb);
     if (m->hp.final_softcap > 0.0f) {
         const int64_t n = (int64_t)f->n_rows * m->output.rows;
         const float c = m->hp.final_softcap;

@@ -189,6 +189,9 @@ static int load_hparams(struct ft_model *m) {
     if (hp->rope_n_ctx_orig <= 0)
         hp->rope_n_ctx_orig = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
 
+    hp->pooling_type = -1;
+    if ((rc = opt(key_i32(m, "pooling_type", &hp->pooling_type))))
+        return rc;
     hp->rope_neox = m->arch->rope_neox;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
     if (m->arch->load_hparams && (rc = m->arch->load_hparams(m)))
@@ -303,6 +306,7 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_pos);
     free(s->row_seq);
     free(s->row_out);
+    free(s->row_want);
     free(s->row_seq_n);
     free(s->row_seq_i);
     free(s->row_att_n);
@@ -363,6 +367,7 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->row_pos = grow(s->row_pos, N, sizeof(int32_t), &fail);
     s->row_seq = grow(s->row_seq, N, sizeof(int32_t), &fail);
     s->row_out = grow(s->row_out, N, sizeof(int32_t), &fail);
+    s->row_want = grow(s->row_want, N, sizeof(uint8_t), &fail);
     s->row_seq_n = grow(s->row_seq_n, N, sizeof(int32_t), &fail);
     s->row_seq_i = grow(s->row_seq_i, N, sizeof(int32_t), &fail);
     s->row_att_n = grow(s->row_att_n, N, sizeof(int32_t), &fail);
@@ -494,8 +499,14 @@ static bool wants(const struct ft_batch *b, int32_t i) {
     return b->want_logits ? b->want_logits[i] : i == b->n_tokens - 1;
 }
 
+
 int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
                      float *logits) {
+    return ft_model_forward_embd(m, kv, b, NULL, logits, NULL);
+}
+
+int ft_model_forward_embd(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
+                          const bool *want_embd, float *logits, float *embd) {
     if (!m || !kv || !b || !b->token || !b->pos || !b->seq_id) {
         FT_LOG_E("missing model, cache or batch arrays");
         return FT_EINVAL;
@@ -508,7 +519,7 @@ int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft
         FT_LOG_E("batch of %d tokens: must be 1..%d", (int)b->n_tokens, FT_MAX_BATCH);
         return FT_EINVAL;
     }
-    int32_t n_want = 0;
+    int32_t n_want = 0, n_want_embd = 0;
     for (int32_t i = 0; i < b->n_tokens; i++) {
         if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab) {
             FT_LOG_E("token %d: id %d is outside the vocabulary (0..%d)", (int)i, (int)b->token[i],
@@ -516,9 +527,14 @@ int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft
             return FT_EINVAL;
         }
         n_want += wants(b, i);
+        n_want_embd += want_embd && want_embd[i];
     }
     if (n_want > 0 && !logits) {
         FT_LOG_E("%d tokens want logits but no logits buffer was given", (int)n_want);
+        return FT_EINVAL;
+    }
+    if (n_want_embd > 0 && !embd) {
+        FT_LOG_E("%d tokens want their hidden state but no buffer was given", (int)n_want_embd);
         return FT_EINVAL;
     }
     int rc = scratch_reserve(m, FT_MIN(b->n_tokens, FT_UBATCH));
@@ -527,16 +543,22 @@ int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft
     if ((rc = ft_kv_cache_prepare(kv, b)))
         return rc;
 
-    int32_t out_done = 0;
+    int32_t out_done = 0, embd_done = 0;
     for (int32_t start = 0; start < b->n_tokens; start += FT_UBATCH) {
         const int32_t n = FT_MIN(FT_UBATCH, b->n_tokens - start);
         struct ft_scratch *s = &m->s;
-        int32_t n_out = 0;
+        int32_t n_out = 0, n_logits = 0, n_embd = 0;
         for (int32_t i = 0; i < n; i++) {
             s->row_pos[i] = b->pos[start + i];
             s->row_seq[i] = b->seq_id[start + i];
-            if (wants(b, start + i))
+            const uint8_t w = (uint8_t)((wants(b, start + i) ? FT_WANT_LOGITS : 0u) |
+                                        (want_embd && want_embd[start + i] ? FT_WANT_EMBD : 0u));
+            if (w) {
+                s->row_want[n_out] = w;
                 s->row_out[n_out++] = i;
+                n_logits += (w & FT_WANT_LOGITS) != 0;
+                n_embd += (w & FT_WANT_EMBD) != 0;
+            }
         }
         struct ft_fwd f = {
             .m = m,
@@ -546,13 +568,15 @@ int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft
             .n_rows = n,
             .n_out = n_out,
             .logits = logits ? logits + (size_t)out_done * (size_t)m->hp.n_vocab : NULL,
+            .embd = embd ? embd + (size_t)embd_done * (size_t)m->hp.n_embd : NULL,
             .s = s,
         };
         ft_blk_rows_init(&f);
         m->arch->forward(&f);
         for (int32_t i = 0; i < n; i++)
             ft_kv_cache_commit(kv, b->seq_id[start + i], b->pos[start + i]);
-        out_done += n_out;
+        out_done += n_logits;
+        embd_done += n_embd;
     }
     return FT_OK;
 }

@@ -121,7 +121,8 @@ struct ft_scratch {
     size_t qg_panel_stride;
     int32_t *row_pos; /* (cap) position of each row */
     int32_t *row_seq; /* (cap) sequence of each row */
-    int32_t *row_out; /* (cap) batch-local index of each row wanting logits */
+    int32_t *row_out; /* (cap) batch-local index of each row wanting logits or its hidden state */
+    uint8_t *row_want; /* (cap) per kept row (index into row_out): FT_WANT_* bits */
     /* Which kernels llama.cpp would run for a row (blocks.c): the number of
      * rows of the row's sequence in this batch and the row's index among
      * them -- as the matmuls see them (after ft_blk_keep_out_rows: among the
@@ -211,6 +212,10 @@ static inline int64_t ft_kv_offset(const struct ft_kv_cache *kv, int32_t seq, in
            pos % FT_KV_BLOCK_TOKENS * head_dim;
 }
 
+/* What a kept row is for (struct ft_scratch.row_want). */
+#define FT_WANT_LOGITS 1u
+#define FT_WANT_EMBD 2u
+
 /* The state of one internal batch while the arch's forward runs. Rows of
  * the scratch buffers are tokens; after ft_blk_keep_out_rows() only the rows
  * that want logits remain (n_rows == n_out). */
@@ -220,8 +225,9 @@ struct ft_fwd {
     int32_t n;             /* tokens */
     const int32_t *token;  /* (n) */
     int32_t n_rows;        /* rows currently in the buffers */
-    int32_t n_out;         /* rows that want logits */
-    float *logits;         /* (n_out, n_vocab) */
+    int32_t n_out;         /* rows that want logits or their hidden state */
+    float *logits;         /* (rows wanting logits, n_vocab) */
+    float *embd;           /* (rows wanting their hidden state, n_embd) */
     struct ft_scratch *s;
 };
 
@@ -299,7 +305,9 @@ void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
 
 /* out = down(act(gate(in)) * up(in)). */
 void ft_blk_ffn(struct ft_fwd *f, const struct ft_layer *l, enum ft_glu act, float *out, const float *in);
-/* logits = output(rmsnorm(x) * output_norm), optional soft-capping. */
+/* h = rmsnorm(x) * output_norm, copied to f->embd for the rows that want
+ * it; logits = output(h), optional soft-capping, for the rows that want
+ * them (the others leave the buffers first). */
 void ft_blk_output(struct ft_fwd *f);
 
 /* ---- weight placement under a NUMA mode (engine/model/numa_weights.c) ---- */

@@ -38,8 +38,12 @@ struct slot {
     bool wait_fork;       /* a choice > 0 waiting for choice 0's prefill */
     struct ft_gen g;      /* g.n_past: tokens whose KV the sequence holds */
     uint64_t order;       /* admission number: prefill is first come, first served */
+    const int32_t *prompt; /* r->prompt, or the embeddings input's tokens */
+    int32_t n_prompt;
+    int32_t input;        /* embeddings: the input this slot runs; -1 for a generation */
     int32_t chunk;        /* prompt tokens in the current step */
     int32_t row;          /* logits row in the current step, -1: none */
+    int32_t erow, n_erows; /* embeddings: its hidden-state rows in the current step */
 };
 
 struct ft_scheduler {
@@ -55,7 +59,13 @@ struct ft_scheduler {
     /* the step's batch */
     float *logits; /* n_slots rows */
     int32_t *b_token, *b_pos, *b_seq;
-    bool *b_want;
+    bool *b_want, *b_want_embd;
+    int32_t n_embd;
+    float *embd;      /* n_batch rows of n_embd: the step's hidden states */
+    double *embd_sum; /* n_slots rows of n_embd: each embeddings slot's pooled sum so far */
+    /* Embeddings requests admitted with inputs not started yet, first come
+     * first served (linked by next); they get free slots before the queue. */
+    struct ft_request *embd_head;
     int32_t *prefill_order; /* n_slots */
 
     pthread_t thread;
@@ -126,9 +136,15 @@ static void merge_timing(struct ft_request *r, int32_t n) {
 /* Slot i leaves: its KV goes to the prefix cache (unless it failed), its
  * record to the request. reason overrides g.finish when not NONE. When it
  * was the request's last choice, the request is reported DONE (and may be
- * freed). */
+ * freed). Embeddings slots end in finish_embd_slot(). */
+static void finish_embd_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason reason);
+
 static void finish_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason reason) {
     struct slot *sl = &s->slots[i];
+    if (sl->input >= 0) {
+        finish_embd_slot(s, i, reason);
+        return;
+    }
     struct ft_request *r = sl->r;
     struct ft_gen *g = &sl->g;
     if (reason != FT_FINISH_NONE)
@@ -177,8 +193,15 @@ static void finish_request(struct ft_scheduler *s, struct ft_request *r, enum ft
         finish_slot(s, idx[k], reason); /* the last one may free r */
 }
 
-/* r's choices take n free slots (the caller checked there are). */
+static void embd_admit(struct ft_scheduler *s, struct ft_request *r);
+
+/* r's choices take n free slots (the caller checked there are); an
+ * embeddings request waits for slots in embd_fill(). */
 static void admit(struct ft_scheduler *s, struct ft_request *r) {
+    if (r->embd) {
+        embd_admit(s, r);
+        return;
+    }
     const int32_t n = FT_MAX(r->n_choices, 1);
     const uint64_t now = ft_clock_ticks();
     r->choices_left = n;
@@ -190,6 +213,9 @@ static void admit(struct ft_scheduler *s, struct ft_request *r) {
             i++;
         struct slot *sl = &s->slots[i];
         sl->r = r;
+        sl->prompt = r->prompt;
+        sl->n_prompt = r->n_prompt;
+        sl->input = -1;
         sl->choice = c;
         sl->wait_fork = c > 0;
         sl->order = ++s->n_admitted;
@@ -224,21 +250,41 @@ static void add_token(struct ft_scheduler *s, int32_t *n, int32_t *n_rows, int32
     s->b_pos[*n] = pos;
     s->b_seq[*n] = seq;
     s->b_want[*n] = want;
+    s->b_want_embd[*n] = false;
     (*n)++;
     if (want)
         s->slots[seq].row = (*n_rows)++;
 }
 
+/* An embeddings input's token: it wants its hidden state when the pooling
+ * reads it. */
+static void add_embd_token(struct ft_scheduler *s, int32_t *n, int32_t *n_erows, int32_t seq, int32_t pos) {
+    struct slot *sl = &s->slots[seq];
+    const enum ft_pooling pool = sl->r->embd->pooling;
+    const bool want = pool == FT_POOLING_MEAN || (pool == FT_POOLING_CLS && pos == 0) ||
+                      (pool == FT_POOLING_LAST && pos == sl->n_prompt - 1);
+    s->b_token[*n] = sl->prompt[pos];
+    s->b_pos[*n] = pos;
+    s->b_seq[*n] = seq;
+    s->b_want[*n] = false;
+    s->b_want_embd[*n] = want;
+    (*n)++;
+    if (want && sl->n_erows++ == 0)
+        sl->erow = *n_erows;
+    *n_erows += want;
+}
+
 /* Build the step's batch: decode tokens first, then prompt chunks. */
 static int32_t build_batch(struct ft_scheduler *s) {
-    int32_t n = 0, n_rows = 0, n_prefill = 0;
+    int32_t n = 0, n_rows = 0, n_erows = 0, n_prefill = 0;
     for (int32_t i = 0; i < s->p.n_slots; i++) {
         struct slot *sl = &s->slots[i];
         sl->chunk = 0;
         sl->row = -1;
+        sl->n_erows = 0;
         if (!sl->r || sl->wait_fork)
             continue;
-        if (sl->g.n_past >= sl->r->n_prompt)
+        if (sl->g.n_past >= sl->n_prompt)
             add_token(s, &n, &n_rows, i, sl->g.tokens[sl->g.n_tokens - 1], sl->g.n_past, true);
         else {
             /* insertion by admission order */
@@ -257,15 +303,151 @@ static int32_t build_batch(struct ft_scheduler *s) {
     for (int32_t k = 0; k < n_prefill && budget > 0; k++) {
         const int32_t i = s->prefill_order[k];
         struct slot *sl = &s->slots[i];
-        const int32_t take = FT_MIN(sl->r->n_prompt - sl->g.n_past, budget);
+        const int32_t take = FT_MIN(sl->n_prompt - sl->g.n_past, budget);
         for (int32_t j = 0; j < take; j++) {
             const int32_t pos = sl->g.n_past + j;
-            add_token(s, &n, &n_rows, i, sl->r->prompt[pos], pos, pos == sl->r->n_prompt - 1);
+            if (sl->input >= 0)
+                add_embd_token(s, &n, &n_erows, i, pos);
+            else
+                add_token(s, &n, &n_rows, i, sl->prompt[pos], pos, pos == sl->n_prompt - 1);
         }
         sl->chunk = take;
         budget -= take;
     }
     return n;
+}
+
+/* ---- embeddings --------------------------------------------------------------- */
+
+static bool embd_stopped(const struct ft_request *r) {
+    return r->finish == FT_FINISH_ERROR || atomic_load_explicit(&r->cancel, memory_order_relaxed);
+}
+
+/* The request's last input is done (or it stopped and none runs): report. */
+static void embd_maybe_done(struct ft_scheduler *s, struct ft_request *r) {
+    struct ft_embd_job *j = r->embd;
+    if (j->active > 0 || j->next < j->n_inputs)
+        return;
+    if (r->finish == FT_FINISH_NONE)
+        r->finish = atomic_load_explicit(&r->cancel, memory_order_relaxed) ? FT_FINISH_CANCELLED : FT_FINISH_STOP;
+    s->n_requests--;
+    atomic_store(&s->running, s->n_requests);
+    report_done(s, r);
+}
+
+static void embd_unlink(struct ft_scheduler *s, struct ft_request *r) {
+    for (struct ft_request **p = &s->embd_head; *p; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            r->next = NULL;
+            return;
+        }
+    }
+}
+
+/* A stopped request starts nothing more. */
+static void embd_drop_rest(struct ft_scheduler *s, struct ft_request *r) {
+    if (r->embd->next < r->embd->n_inputs) {
+        r->embd->next = r->embd->n_inputs;
+        embd_unlink(s, r);
+    }
+}
+
+static void finish_embd_slot(struct ft_scheduler *s, int32_t i, enum ft_finish_reason reason) {
+    struct slot *sl = &s->slots[i];
+    struct ft_request *r = sl->r;
+    ft_prefix_cache_release(s->pc, i, NULL, 0, NULL, 0);
+    sl->r = NULL;
+    sl->input = -1;
+    s->n_running--;
+    publish_kv_usage(s);
+    r->embd->active--;
+    if (reason == FT_FINISH_ERROR || reason == FT_FINISH_CANCELLED) {
+        if (r->finish != FT_FINISH_ERROR)
+            r->finish = reason;
+        embd_drop_rest(s, r);
+    }
+    embd_maybe_done(s, r);
+}
+
+/* Start the next input of r on free slot i. */
+static void embd_start(struct ft_scheduler *s, struct ft_request *r, int32_t i) {
+    struct ft_embd_job *j = r->embd;
+    struct slot *sl = &s->slots[i];
+    memset(&sl->g, 0, sizeof(sl->g));
+    sl->r = r;
+    sl->input = j->next++;
+    sl->prompt = j->tokens + j->offs[sl->input];
+    sl->n_prompt = j->offs[sl->input + 1] - j->offs[sl->input];
+    sl->order = ++s->n_admitted;
+    j->active++;
+    memset(s->embd_sum + (size_t)i * (size_t)s->n_embd, 0, sizeof(double) * (size_t)s->n_embd);
+    if (!r->timing.admitted)
+        r->timing.admitted = ft_clock_ticks();
+    sl->choice = 0;
+    sl->wait_fork = false;
+    s->n_running++;
+}
+
+/* Free slots go to admitted embeddings requests first, in admission order. */
+static void embd_fill(struct ft_scheduler *s) {
+    int32_t i = 0;
+    for (struct ft_request *r = s->embd_head, *next; r; r = next) {
+        next = r->next;
+        if (embd_stopped(r)) {
+            embd_drop_rest(s, r);
+            embd_maybe_done(s, r);
+            continue;
+        }
+        while (r->embd->next < r->embd->n_inputs) {
+            while (i < s->p.n_slots && s->slots[i].r)
+                i++;
+            if (i == s->p.n_slots)
+                return;
+            embd_start(s, r, i);
+        }
+        embd_unlink(s, r);
+    }
+}
+
+static void embd_admit(struct ft_scheduler *s, struct ft_request *r) {
+    ft_request_timing_init(&r->timing);
+    r->timing.received = r->received;
+    r->embd->next = r->embd->active = 0;
+    for (int32_t k = 0; k < r->embd->n_inputs; k++)
+        r->timing.prompt_tokens += r->embd->offs[k + 1] - r->embd->offs[k];
+    s->n_requests++; /* running from admission on, as a generation is */
+    atomic_store(&s->running, s->n_requests);
+    r->next = NULL;
+    struct ft_request **p = &s->embd_head;
+    while (*p)
+        p = &(*p)->next;
+    *p = r;
+}
+
+/* After a forward pass [t0, t1]: pool slot i's new rows; its input ends
+ * when its last token is in. */
+static void embd_advance(struct ft_scheduler *s, int32_t i, uint64_t t0, uint64_t t1) {
+    struct slot *sl = &s->slots[i];
+    struct ft_request *r = sl->r;
+    const size_t E = (size_t)s->n_embd;
+    double *sum = s->embd_sum + (size_t)i * E;
+    for (int32_t k = 0; k < sl->n_erows; k++) {
+        const float *h = s->embd + (size_t)(sl->erow + k) * E;
+        for (size_t c = 0; c < E; c++)
+            sum[c] += h[c];
+    }
+    if (!r->timing.prefill_start)
+        r->timing.prefill_start = t0;
+    r->timing.prefill_end = t1;
+    sl->g.n_past += sl->chunk;
+    if (sl->g.n_past < sl->n_prompt)
+        return;
+    const double n = r->embd->pooling == FT_POOLING_MEAN ? (double)sl->n_prompt : 1.0;
+    float *out = r->embd->out + (size_t)sl->input * E;
+    for (size_t c = 0; c < E; c++)
+        out[c] = (float)(sum[c] / n);
+    finish_embd_slot(s, i, FT_FINISH_NONE);
 }
 
 /* Slot i samples from `row`, reports the text (and, with logprobs, the
@@ -325,12 +507,12 @@ static void step(struct ft_scheduler *s) {
     const int32_t n = build_batch(s);
     const uint64_t t0 = ft_clock_ticks();
     for (int32_t i = 0; i < s->p.n_slots; i++)
-        if (s->slots[i].r && s->slots[i].chunk && !s->slots[i].g.timing.prefill_start)
+        if (s->slots[i].r && s->slots[i].input < 0 && s->slots[i].chunk && !s->slots[i].g.timing.prefill_start)
             s->slots[i].g.timing.prefill_start = t0;
     const struct ft_batch b = {
         .n_tokens = n, .token = s->b_token, .pos = s->b_pos, .seq_id = s->b_seq, .want_logits = s->b_want};
     ft_clear_error();
-    int rc = ft_model_forward(s->m, s->kv, &b, s->logits);
+    int rc = ft_model_forward_embd(s->m, s->kv, &b, s->b_want_embd, s->logits, s->embd);
     const uint64_t t1 = ft_clock_ticks();
     publish_kv_usage(s);
     for (int32_t i = 0; i < s->p.n_slots; i++) {
@@ -339,12 +521,16 @@ static void step(struct ft_scheduler *s) {
             continue;
         struct ft_request *r = sl->r;
         if (rc) {
-            set_error(r, rc, "generation failed");
+            set_error(r, rc, r->embd ? "embedding failed" : "generation failed");
             finish_request(s, r, FT_FINISH_ERROR);
             continue;
         }
+        if (sl->input >= 0) {
+            embd_advance(s, i, t0, t1);
+            continue;
+        }
         sl->g.n_past += sl->chunk ? sl->chunk : 1;
-        if (sl->chunk && sl->g.n_past == r->n_prompt)
+        if (sl->chunk && sl->g.n_past == sl->n_prompt)
             sl->g.timing.prefill_end = t1;
         const int32_t na = FT_MIN(sl->g.n_past, r->n_prompt);
         ft_prefix_cache_update(s->pc, i, r->prompt, na, sl->g.tokens, sl->g.n_past - na);
@@ -375,8 +561,9 @@ static void cancel_queued(struct ft_scheduler *s, struct ft_request *r) {
 static void *thread_main(void *arg) {
     struct ft_scheduler *s = arg;
     for (;;) {
+        embd_fill(s); /* admitted before anything in the queue */
         pthread_mutex_lock(&s->lock);
-        while (!s->stop && !s->head && !s->n_running)
+        while (!s->stop && !s->head && !s->n_running && !s->embd_head)
             pthread_cond_wait(&s->wake, &s->lock);
         if (s->stop) {
             pthread_mutex_unlock(&s->lock);
@@ -384,10 +571,12 @@ static void *thread_main(void *arg) {
         }
         /* Take what fits into free slots; admit outside the lock. */
         struct ft_request *joining = NULL, **tail = &joining;
+        /* A request's choices start together; an embeddings request takes
+         * a slot per input, as many as are free. */
         for (int32_t free_slots = s->p.n_slots - s->n_running;
-             s->head && FT_MAX(s->head->n_choices, 1) <= free_slots;) {
+             s->head && (s->head->embd ? free_slots > 0 : FT_MAX(s->head->n_choices, 1) <= free_slots);) {
             struct ft_request *r = s->head;
-            free_slots -= FT_MAX(r->n_choices, 1);
+            free_slots -= r->embd ? FT_MIN(r->embd->n_inputs, free_slots) : FT_MAX(r->n_choices, 1);
             s->head = r->next;
             s->n_queued--;
             r->next = NULL;
@@ -403,12 +592,20 @@ static void *thread_main(void *arg) {
             joining = r->next; /* read first: admit may finish (and free) r */
             admit(s, r);
         }
+        embd_fill(s);
         step(s);
         ft_kv_events_flush(s->p.kv_events); /* the step's stores and evictions, as one batch */
     }
     for (int32_t i = 0; i < s->p.n_slots; i++)
         if (s->slots[i].r)
             finish_request(s, s->slots[i].r, FT_FINISH_CANCELLED);
+    while (s->embd_head) {
+        struct ft_request *r = s->embd_head;
+        embd_unlink(s, r);
+        r->finish = FT_FINISH_CANCELLED;
+        r->embd->next = r->embd->n_inputs;
+        embd_maybe_done(s, r); /* none of its inputs runs any more */
+    }
     pthread_mutex_lock(&s->lock);
     struct ft_request *queued = s->head;
     s->head = s->tail = NULL;
@@ -468,8 +665,13 @@ int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, st
     s->b_pos = malloc(sizeof(int32_t) * FT_MAX_BATCH);
     s->b_seq = malloc(sizeof(int32_t) * FT_MAX_BATCH);
     s->b_want = malloc(sizeof(bool) * FT_MAX_BATCH);
+    s->b_want_embd = malloc(sizeof(bool) * FT_MAX_BATCH);
+    s->n_embd = ft_model_hparams(m)->n_embd;
+    s->embd = malloc(sizeof(float) * (size_t)s->n_embd * (size_t)p->n_batch);
+    s->embd_sum = malloc(sizeof(double) * (size_t)s->n_embd * (size_t)p->n_slots);
     s->prefill_order = malloc(sizeof(int32_t) * (size_t)p->n_slots);
-    if (!s->slots || !s->logits || !s->b_token || !s->b_pos || !s->b_seq || !s->b_want || !s->prefill_order) {
+    if (!s->slots || !s->logits || !s->b_token || !s->b_pos || !s->b_seq || !s->b_want || !s->b_want_embd ||
+        !s->embd || !s->embd_sum || !s->prefill_order) {
         FT_LOG_E("out of memory");
         rc = FT_ENOMEM;
         goto fail;
@@ -505,6 +707,9 @@ void ft_scheduler_free(struct ft_scheduler *s) {
     free(s->b_pos);
     free(s->b_seq);
     free(s->b_want);
+    free(s->b_want_embd);
+    free(s->embd);
+    free(s->embd_sum);
     free(s->prefill_order);
     ft_prefix_cache_free(s->pc); /* AllBlocksCleared */
     ft_kv_events_flush(s->p.kv_events);
@@ -515,7 +720,22 @@ void ft_scheduler_free(struct ft_scheduler *s) {
 }
 
 int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r) {
-    if (r->n_prompt < 1 || r->n_prompt >= s->p.n_ctx) {
+    if (r->embd) {
+        const struct ft_embd_job *j = r->embd;
+        const enum ft_pooling pool = j->pooling;
+        if (j->n_inputs < 1 || !j->tokens || !j->offs || !j->out ||
+            (pool != FT_POOLING_MEAN && pool != FT_POOLING_CLS && pool != FT_POOLING_LAST)) {
+            FT_LOG_E("bad embeddings request (%d inputs, pooling %d)", (int)j->n_inputs, (int)pool);
+            return FT_EINVAL;
+        }
+        for (int32_t k = 0; k < j->n_inputs; k++) {
+            const int32_t n = j->offs[k + 1] - j->offs[k];
+            if (n < 1 || n > s->p.n_ctx) {
+                FT_LOG_E("input %d has %d tokens; the context holds %d", (int)k, (int)n, (int)s->p.n_ctx);
+                return FT_EINVAL;
+            }
+        }
+    } else if (r->n_prompt < 1 || r->n_prompt >= s->p.n_ctx) {
         FT_LOG_E("the prompt has %d tokens; the context holds %d", (int)r->n_prompt, (int)s->p.n_ctx);
         return FT_EINVAL;
     }

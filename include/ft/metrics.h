@@ -63,7 +63,7 @@ int ft_request_timing_token(struct ft_request_timing *t, uint64_t now);
  * tokens); false for the first token of every choice. */
 bool ft_request_timing_is_gap(const struct ft_request_timing *t, int32_t i);
 
-/* With several choices (DESIGN.md §3 applied to the request as a whole):
+/* With several choices (the metrics contract, docs/architecture.md, applied to the request as a whole):
  * completion_tokens sums them; decode_tokens = completion_tokens - (choices
  * with a token), since each choice's first token comes from the one shared
  * prefill; TTFT runs to the first token of any choice, decode_time from

@@ -55,6 +55,8 @@ struct ft_hparams {
     int32_t swa_pattern;      /* gemma3: layer il is global when il % swa_pattern == swa_pattern - 1 */
     float attn_scale;         /* multiplies Q.K (1/sqrt(head_dim_k) unless the arch says otherwise) */
     float final_softcap;      /* logits = c * tanh(logits / c); 0 = off */
+    int32_t pooling_type;     /* <arch>.pooling_type, llama.cpp's numbers (0 none, 1 mean, 2 cls, 3 last,
+                                 4 rank); -1 when absent. Embeddings only (http/embeddings.h) */
     bool rope_neox;
     bool tied_output;         /* output.weight absent: token_embd is the output head */
 };
@@ -175,5 +177,13 @@ void ft_kv_cache_set_idle_limit(struct ft_kv_cache *kv, int32_t n);
  * (the model owns its scratch and thread pool). */
 int ft_model_forward(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
                      float *logits);
+/* ft_model_forward that also writes, row by row in batch order, the final
+ * hidden state (after the output norm, before the LM head: n_embd floats)
+ * of every entry i with want_embd[i] set (want_embd NULL: none) into embd,
+ * which must hold (number of such entries) * n_embd floats. What embeddings are pooled from (the
+ * server's /v1/embeddings); an entry that wants only this skips the LM
+ * head, most of a large-vocabulary model's last-token cost. */
+int ft_model_forward_embd(struct ft_model *m, struct ft_kv_cache *kv, const struct ft_batch *b,
+                          const bool *want_embd, float *logits, float *embd);
 
 #endif

@@ -29,10 +29,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How token hidden states become one embedding: llama.cpp's enum
+ * llama_pooling_type numbers, as stored in a GGUF's <arch>.pooling_type.
+ * MEAN averages every token's, CLS takes the first token's, LAST the last
+ * one's. */
+enum ft_pooling { FT_POOLING_NONE = 0, FT_POOLING_MEAN = 1, FT_POOLING_CLS = 2, FT_POOLING_LAST = 3 };
+
+struct ft_embd_job {
+    /* Set by the submitter. */
+    int32_t n_inputs;      /* >= 1 */
+    const int32_t *tokens; /* input i is tokens[offs[i] .. offs[i + 1]) */
+    const int32_t *offs;   /* n_inputs + 1 entries; every input 1 .. n_ctx tokens */
+    enum ft_pooling pooling; /* MEAN, CLS or LAST */
+    float *out;            /* (n_inputs, n_embd): the pooled vectors, not normalized */
+    /* Scheduler-private. */
+    int32_t next;   /* inputs started */
+    int32_t active; /* inputs on slots now */
+};
+
 struct ft_request {
     /* Set by the submitter; read-only for the scheduler until FT_EVENT_DONE. */
     const int32_t *prompt; /* 1 .. n_ctx-1 tokens */
     int32_t n_prompt;
+    struct ft_embd_job *embd; /* non-NULL: embeddings instead of a generation (prompt and params unused) */
     struct ft_gen_params params;
     /* Completions of the prompt (the API's `n`), 1 .. FT_MAX_CHOICES and at
      * most n_slots (0 means 1). The prompt is prefilled once; then each
@@ -49,7 +68,9 @@ struct ft_request {
     enum ft_finish_reason choice_finish[FT_MAX_CHOICES];
     int error;               /* FT_E* when finish == FT_FINISH_ERROR */
     char error_msg[256];
-    struct ft_request_timing timing; /* the submitter frees it (ft_request_timing_free) */
+    struct ft_request_timing timing; /* the submitter frees it (ft_request_timing_free); embeddings:
+                                        prompt_tokens is the sum over the inputs, prefill_start and
+                                        prefill_end the first and last prefill step of any of them */
     struct ft_request_metrics metrics; /* computed from timing */
 
     /* Valid during an FT_EVENT_TEXT callback: the choice that released the
@@ -97,8 +118,8 @@ int ft_scheduler_new(struct ft_model *m, const struct ft_scheduler_params *p, st
  * after it). Accepts NULL. */
 void ft_scheduler_free(struct ft_scheduler *s);
 
-/* Queue a request. FT_EINVAL when the prompt does not fit the context or
- * n_choices is out of range (more than n_slots),
+/* Queue a request. FT_EINVAL when the prompt (an embeddings input) does
+ * not fit the context or n_choices is out of range (more than n_slots),
  * FT_EFULL when max_queue requests are already waiting. On error the
  * request is not queued and no event will come. */
 int ft_scheduler_submit(struct ft_scheduler *s, struct ft_request *r);
