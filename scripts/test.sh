@@ -5,7 +5,8 @@
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build -> the same tests
 #   4. end-to-end tests of the ft binary (pytest), incl. the real model
 #   5. a short libFuzzer run of every fuzz target over its seed corpus
-# Tests that need ../shared skip with a message when it is absent.
+# The reference models and tokenizer vectors come from tests/data (ctest's
+# test_data fixture and the e2e conftest make BUILD/test-data from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

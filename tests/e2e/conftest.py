@@ -1,7 +1,10 @@
 """Fixtures for end-to-end tests of the `ft` binary.
 
 FT_BIN names the binary under test (scripts/test.sh sets it to the release
-build); ../shared is found beside the repository, as CI lays it out."""
+build). The reference models and tokenizer vectors (SHARED/models,
+SHARED/vocab) are FT_SHARED_DIR when set, else the test-data directory of the
+build FT_BIN comes from, which the first test session fills from tests/data
+(tests/data/materialize.cmake, as ctest's test_data fixture does)."""
 import json
 import os
 import pathlib
@@ -10,14 +13,28 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = pathlib.Path(os.environ.get("FT_SHARED_DIR", ROOT.parent / "shared"))
+FT_BIN = os.environ.get("FT_BIN", str(ROOT / "build" / "ft"))
+SHARED = pathlib.Path(os.environ.get("FT_SHARED_DIR") or pathlib.Path(FT_BIN).parent / "test-data")
 
 
 def ft_bin() -> str:
-    b = os.environ.get("FT_BIN", str(ROOT / "build" / "ft"))
+    b = FT_BIN
     if not os.path.exists(b):
         pytest.skip(f"ft binary not found at {b}: build first (scripts/setup.sh)")
     return b
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_data():
+    """SHARED filled from tests/data before the first test (a hash check
+    when it is already there), unless FT_SHARED_DIR names another copy."""
+    if os.environ.get("FT_SHARED_DIR") or not os.path.exists(FT_BIN):
+        return
+    r = subprocess.run(["cmake", f"-DFT={FT_BIN}", f"-DOUT={SHARED}", "-P",
+                        str(ROOT / "tests" / "data" / "materialize.cmake")], capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode != 0:
+        pytest.exit(f"test data could not be made in {SHARED}:\n{r.stdout}{r.stderr}", returncode=1)
 
 
 def run_ft(*args, input=None, timeout=300, env=None, binary=None):
@@ -38,7 +55,7 @@ def ft():
 def shared_models():
     d = SHARED / "models"
     if not (d / "README.md").exists():
-        pytest.skip(f"{d} is absent: the reference models come with ../shared")
+        pytest.skip(f"{d} is absent: FT_SHARED_DIR has no models/")
     return d
 
 
@@ -46,7 +63,7 @@ def shared_models():
 def shared_vocab():
     d = SHARED / "vocab"
     if not (d / "README.md").exists():
-        pytest.skip(f"{d} is absent: the tokenizer vectors come with ../shared")
+        pytest.skip(f"{d} is absent: FT_SHARED_DIR has no vocab/")
     return d
 
 

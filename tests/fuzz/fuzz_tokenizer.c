@@ -2,7 +2,7 @@
  * comes from the network (prompts, messages), so tokenizing any bytes must
  * be safe, and detokenizing any ids must never emit broken UTF-8.
  *
- * Input layout: byte 0 picks the vocabulary (the five of ../shared/vocab),
+ * Input layout: byte 0 picks the vocabulary (the five of tests/data/vocab),
  * byte 1 the flags (bit 0 add_special, bit 1 parse_special, bit 2 render
  * special tokens when decoding); the rest is the text. The text's token ids
  * are decoded again, and the same bytes reinterpreted as little-endian ids
@@ -57,8 +57,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         snprintf(path, sizeof(path), "%s/vocab/%s", shared, g_vocab_files[i].file);
         struct ft_gguf *g = NULL;
         if (ft_gguf_open(path, &g) != 0) {
-            /* CI has ../shared; elsewhere the target runs but checks nothing. */
-            fprintf(stderr, "fuzz_tokenizer: SKIPPED: %s not found (set FT_SHARED_DIR to the shared/ folder)\n",
+            /* The default is tests/data (FT_SHARED_DIR_DEFAULT); another FT_SHARED_DIR
+             * without vocab/ leaves the target running but checking nothing. */
+            fprintf(stderr, "fuzz_tokenizer: SKIPPED: %s not found (FT_SHARED_DIR needs vocab/)\n",
                     path);
             return 0;
         }

@@ -1,7 +1,7 @@
 /* Minimal unit-test helpers shared by tests/unit/test_*.c.
  * A failed CHECK prints file:line and the expression, counts a failure and
  * continues; main() returns ft_test_finish(). Exit code 77 means "skipped"
- * (ctest SKIP_RETURN_CODE), used when ../shared is absent. */
+ * (ctest SKIP_RETURN_CODE), used when the test data is absent. */
 #ifndef FT_TEST_H
 #define FT_TEST_H
 
@@ -46,7 +46,9 @@ static inline int ft_test_finish(const char *name) {
     return 0;
 }
 
-/* Directory of ../shared, or NULL (the caller skips with exit 77). */
+/* FT_SHARED_DIR, the directory with models/ and vocab/ (ctest sets it to
+ * BUILD/test-data, made from tests/data), or NULL when it has no models/
+ * (the caller skips with exit 77). */
 static inline const char *ft_test_shared_dir(void) {
     const char *d = getenv("FT_SHARED_DIR");
     if (!d || !*d)
