@@ -63,12 +63,20 @@ class _Proc:
         self.dir = tempfile.mkdtemp(prefix=f"ft-{name}-")
         self.log_path = os.path.join(self.dir, "log")
         self._log = open(self.log_path, "wb")
+        self.proc = None
+        if cmd:
+            self._start(cmd)
+
+    def _start(self, cmd):
         self.cmd = cmd
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.dir)
 
     def log(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode(errors="replace")
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:  # stopped: its directory is gone
+            return ""
 
     def _check_alive(self, what):
         if self.proc.poll() is not None:
@@ -76,7 +84,7 @@ class _Proc:
 
     def stop(self):
         """SIGTERM (then SIGKILL after 20 s) this process only; returns its exit status."""
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
@@ -84,7 +92,8 @@ class _Proc:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
-        return self.proc.returncode
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return self.proc.returncode if self.proc is not None else None
 
 
 class SglangRouter(_Proc):
@@ -125,8 +134,9 @@ class SglangRouter(_Proc):
             if len(w) == len(self.worker_urls) and all(x.get("is_healthy") for x in w):
                 return
             time.sleep(0.1)
+        log = self.log()
         self.stop()
-        raise RuntimeError("sglang-router did not register its workers: " + self.log()[-3000:])
+        raise RuntimeError("sglang-router did not register its workers: " + log[-3000:])
 
 
 HAPROXY_CFG = """\
@@ -179,11 +189,11 @@ class HAProxy(_Proc):
         binary = haproxy_binary()
         if not binary:
             raise RuntimeError("haproxy is not installed")
-        d = tempfile.mkdtemp(prefix="ft-haproxy-cfg-")
-        self.cfg_path = os.path.join(d, "haproxy.cfg")
+        super().__init__(None, "haproxy")
+        self.cfg_path = os.path.join(self.dir, "haproxy.cfg")
         with open(self.cfg_path, "w") as f:
             f.write(self.config)
-        super().__init__([binary, "-db", "-f", self.cfg_path], "haproxy")
+        self._start([binary, "-db", "-f", self.cfg_path])
         self.n = len(worker_ports)
         self._wait_ready(ready_timeout)
 
@@ -207,5 +217,6 @@ class HAProxy(_Proc):
             if len(st) == self.n and all(v.startswith("UP") for v in st.values()):
                 return
             time.sleep(0.1)
+        log = self.log()
         self.stop()
-        raise RuntimeError("haproxy's servers did not come UP: " + self.log()[-3000:])
+        raise RuntimeError("haproxy's servers did not come UP: " + log[-3000:])
