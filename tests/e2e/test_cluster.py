@@ -10,6 +10,9 @@ What is checked, for each router:
 - a client that leaves mid-stream cancels its request on the replica that
   ran it (a 499 line in that replica's access log, fewer tokens than asked,
   nothing left running);
+- (sglang-router) with two shared prefixes sent one request at a time, the
+  cache-aware policy keeps each prefix on one replica (6 of 8 requests find
+  it cached) where round-robin does not (4 of 8);
 - a replica killed with SIGKILL mid-run loses exactly the streams it was
   running, the streams on the other replicas go on, and requests sent right
   after the kill all succeed on the others (sglang-router retries them,
@@ -213,6 +216,36 @@ def test_client_that_leaves_cancels_on_its_replica(pair, kind):
         wait_for(lambda: all(metric(s, "ft_requests_running") == 0 for s in pair), "nothing left running")
     finally:
         r.stop()
+
+
+def test_cache_aware_keeps_each_prefix_on_one_replica(pair):
+    # Two documents, requests one at a time in the order A A B B A B A B.
+    # Cache-aware: each document stays on the replica that computed it, so
+    # every request but each document's first finds its prefix cached (6).
+    # Round-robin alternates replicas: the second A and both Bs of the first
+    # pairs land where their document is not (4). Sequential requests keep
+    # the load even, so the cache-aware policy never rebalances.
+    if not routers.sglang_router_available():
+        pytest.skip("sglang-router is not installed (tests/requirements.txt)")
+    hits = {}
+    for policy in ("cache_aware", "round_robin"):
+        r = routers.SglangRouter([s.port for s in pair], policy=policy)
+        try:
+            docs = {d: f"{policy} document {d}: " + " ".join(f"{d}{i} lamp harbour" for i in range(30))
+                    for d in "AB"}
+            n = 0
+            for i, d in enumerate("AABBABAB"):
+                st, data, _ = serve_client.post_json(
+                    routers.LOOPBACK, r.port, "/v1/chat/completions",
+                    {"model": "slow", "max_tokens": 2, "temperature": 0,
+                     "messages": [{"role": "system", "content": docs[d]}, {"role": "user", "content": f"q{i}"}]})
+                assert st == 200, data
+                u = data["usage"]
+                n += u["prompt_tokens_details"]["cached_tokens"] >= u["prompt_tokens"] // 2
+            hits[policy] = n
+        finally:
+            r.stop()
+    assert hits == {"cache_aware": 6, "round_robin": 4}, hits
 
 
 @pytest.mark.parametrize("kind", ROUTERS)
