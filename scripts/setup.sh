@@ -21,7 +21,8 @@ done
 PKGS=(build-essential cmake ninja-build pkg-config git
       libhwloc-dev libevent-dev libcjson-dev libdnnl-dev libzmq3-dev libmsgpack-dev
       clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-      python3 python3-venv python3-pip)
+      python3 python3-venv python3-pip
+      haproxy)
 
 missing=()
 for p in "${PKGS[@]}"; do
