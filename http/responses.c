@@ -3,6 +3,7 @@
 #include "responses.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 const char *ft_resp_finish_reason(enum ft_finish_reason r) {
     return r == FT_FINISH_LENGTH ? "length" : "stop";
@@ -76,9 +77,54 @@ static char *print_free(cJSON *o) {
     return s;
 }
 
+/* Generated text may hold NUL bytes (a model can emit the byte 0), which
+ * cJSON's C strings cannot: add_text() writes them as the byte 0xFF, which
+ * valid UTF-8 never contains, and print_text_free() turns each into the
+ * escape \u0000 after printing. Nothing of the text is lost. */
+#define NUL_STANDIN '\xff'
+
+enum text_added { TEXT_PLAIN, TEXT_WITH_NUL, TEXT_OOM };
+
+static enum text_added add_text(cJSON *o, const char *name, const char *text, size_t len) {
+    if (!memchr(text, 0, len))
+        return cJSON_AddStringToObject(o, name, text) ? TEXT_PLAIN : TEXT_OOM;
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return TEXT_OOM;
+    for (size_t i = 0; i < len; i++)
+        copy[i] = text[i] ? text[i] : NUL_STANDIN;
+    copy[len] = '\0';
+    const bool ok = cJSON_AddStringToObject(o, name, copy) != NULL;
+    free(copy);
+    return ok ? TEXT_WITH_NUL : TEXT_OOM;
+}
+
+static char *print_text_free(cJSON *o, bool has_nul) {
+    char *s = print_free(o);
+    if (!s || !has_nul)
+        return s;
+    size_t n = 0, len = strlen(s);
+    for (size_t i = 0; i < len; i++)
+        n += s[i] == NUL_STANDIN;
+    char *out = malloc(len + 5 * n + 1), *w = out;
+    if (out) {
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] == NUL_STANDIN) {
+                memcpy(w, "\\u0000", 6);
+                w += 6;
+            } else {
+                *w++ = s[i];
+            }
+        }
+        *w = '\0';
+    }
+    free(s);
+    return out;
+}
+
 /* One choice of a chunk: chat has delta, completions have text. */
 static cJSON *chunk_choice(const struct ft_resp_ctx *c, int index, const char *role, const char *text,
-                           const char *finish, cJSON *logprobs) {
+                           size_t len, const char *finish, cJSON *logprobs, enum text_added *added) {
     cJSON *ch = cJSON_CreateObject();
     if (!ch) {
         cJSON_Delete(logprobs);
@@ -90,9 +136,9 @@ static cJSON *chunk_choice(const struct ft_resp_ctx *c, int index, const char *r
         if (delta && role)
             cJSON_AddStringToObject(delta, "role", role);
         if (delta && text)
-            cJSON_AddStringToObject(delta, "content", text);
+            *added = add_text(delta, "content", text, len);
     } else {
-        cJSON_AddStringToObject(ch, "text", text ? text : "");
+        *added = add_text(ch, "text", text ? text : "", text ? len : 0);
     }
     if (logprobs)
         cJSON_AddItemToObject(ch, "logprobs", logprobs);
@@ -105,8 +151,8 @@ static cJSON *chunk_choice(const struct ft_resp_ctx *c, int index, const char *r
     return ch;
 }
 
-static char *chunk(const struct ft_resp_ctx *c, int index, const char *role, const char *text, const char *finish,
-                   cJSON *logprobs) {
+static char *chunk(const struct ft_resp_ctx *c, int index, const char *role, const char *text, size_t len,
+                   const char *finish, cJSON *logprobs) {
     cJSON *o = envelope(c, true);
     cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
     if (!choices) {
@@ -114,27 +160,29 @@ static char *chunk(const struct ft_resp_ctx *c, int index, const char *role, con
         cJSON_Delete(o);
         return NULL;
     }
-    cJSON *ch = chunk_choice(c, index, role, text, finish, logprobs);
-    if (!ch) {
+    enum text_added added = TEXT_PLAIN;
+    cJSON *ch = chunk_choice(c, index, role, text, len, finish, logprobs, &added);
+    if (!ch || added == TEXT_OOM) {
+        cJSON_Delete(ch);
         cJSON_Delete(o);
         return NULL;
     }
     cJSON_AddItemToArray(choices, ch);
     if (o && c->include_usage)
         cJSON_AddNullToObject(o, "usage");
-    return print_free(o);
+    return print_text_free(o, added == TEXT_WITH_NUL);
 }
 
 char *ft_resp_chunk_role(const struct ft_resp_ctx *c, int index) {
-    return chunk(c, index, "assistant", "", NULL, NULL);
+    return chunk(c, index, "assistant", "", 0, NULL, NULL);
 }
 
-char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, cJSON *logprobs) {
-    return chunk(c, index, NULL, text, NULL, logprobs);
+char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, size_t len, cJSON *logprobs) {
+    return chunk(c, index, NULL, text, len, NULL, logprobs);
 }
 
 char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs) {
-    return chunk(c, index, NULL, c->endpoint == FT_API_CHAT ? NULL : "", ft_resp_finish_reason(finish), logprobs);
+    return chunk(c, index, NULL, c->endpoint == FT_API_CHAT ? NULL : "", 0, ft_resp_finish_reason(finish), logprobs);
 }
 
 char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_metrics *usage,
@@ -154,7 +202,8 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
                          const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics) {
     cJSON *o = envelope(c, false);
     cJSON *arr = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
-    bool ok = arr != NULL;
+    bool ok = arr != NULL, has_nul = false;
+    enum text_added added = TEXT_PLAIN;
     for (int i = 0; i < n; i++) {
         cJSON *ch = ok ? cJSON_CreateObject() : NULL;
         if (!ch) {
@@ -168,12 +217,14 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             if (msg) {
                 cJSON_AddStringToObject(msg, "role", "assistant");
-                cJSON_AddStringToObject(msg, "content", choices[i].text);
+                added = add_text(msg, "content", choices[i].text, choices[i].len);
                 cJSON_AddNullToObject(msg, "refusal");
             }
         } else {
-            cJSON_AddStringToObject(ch, "text", choices[i].text);
+            added = add_text(ch, "text", choices[i].text, choices[i].len);
         }
+        ok &= added != TEXT_OOM;
+        has_nul |= added == TEXT_WITH_NUL;
         if (choices[i].logprobs)
             cJSON_AddItemToObject(ch, "logprobs", choices[i].logprobs);
         else
@@ -187,7 +238,7 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
     cJSON_AddItemToObject(o, "usage", ft_resp_usage(usage));
     if (metrics)
         cJSON_AddItemToObject(o, "metrics", ft_resp_metrics(metrics));
-    return print_free(o);
+    return print_text_free(o, has_nul);
 }
 
 char *ft_resp_models(const char *model_id, long long created) {

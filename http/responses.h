@@ -32,7 +32,8 @@ cJSON *ft_resp_usage(const struct ft_request_metrics *m);
 /* One choice of a non-streaming answer. logprobs (http/logprobs_json.h)
  * is taken over by ft_resp_completion; NULL writes "logprobs": null. */
 struct ft_resp_choice {
-    const char *text;
+    const char *text; /* len bytes; may hold NUL bytes (written as \u0000) */
+    size_t len;
     enum ft_finish_reason finish;
     cJSON *logprobs;
 };
@@ -46,7 +47,7 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
 /* Chat only: the first chunk of a choice, delta {"role": "assistant", "content": ""}. */
 char *ft_resp_chunk_role(const struct ft_resp_ctx *c, int index);
 /* A chunk of choice `index` with text (delta.content or text). */
-char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, cJSON *logprobs);
+char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, size_t len, cJSON *logprobs);
 /* The chunk with the choice's finish_reason and an empty delta (and the
  * logprobs of tokens whose text never came, such as an end-of-turn token). */
 char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs);

@@ -366,7 +366,7 @@ static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t le
         return;
     }
     if (r->conn && len) {
-        char *chunk = ft_resp_chunk_text(&r->ctx, c, text, take_logprobs(r, c));
+        char *chunk = ft_resp_chunk_text(&r->ctx, c, text, len, take_logprobs(r, c));
         ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
         free(chunk);
     }
@@ -381,9 +381,10 @@ static char *completion_body(struct srv_req *r, const struct ft_request_metrics 
     if (!cs)
         return NULL;
     for (int32_t i = 0; i < r->api.n; i++) {
+        const size_t len = evbuffer_get_length(r->choices[i].text);
         evbuffer_add(r->choices[i].text, "", 1);
         const char *t = (const char *)evbuffer_pullup(r->choices[i].text, -1);
-        cs[i] = (struct ft_resp_choice){t ? t : "", r->er.choice_finish[i], take_logprobs(r, i)};
+        cs[i] = (struct ft_resp_choice){t ? t : "", t ? len : 0, r->er.choice_finish[i], take_logprobs(r, i)};
     }
     char *body = r->oom ? NULL : ft_resp_completion(&r->ctx, cs, r->api.n, m, metrics);
     if (r->oom)

@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const struct ft_resp_choice choice = {text, FT_FINISH_STOP, NULL};
     char *s = ft_resp_completion(&ctx, &choice, 1, &m, r.performance_metrics == 1 ? &m : NULL);
     free(s);
-    s = ft_resp_chunk_text(&ctx, r.n - 1, text, NULL);
+    s = ft_resp_chunk_text(&ctx, r.n - 1, text, strlen(text), NULL);
     free(s);
     ft_api_request_free(&r);
     return 0;
