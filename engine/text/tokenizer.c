@@ -932,9 +932,10 @@ static bool is_space_byte(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
 }
 
-/* Longest special token starting at text[i] with an attribute in `accept`
- * and none in `reject`; returns its id (length in *mlen) or -1. */
-static int32_t match_special(const struct ft_tokenizer *t, const char *text, size_t len, size_t i, uint8_t accept,
+/* Longest special token starting at text[i] and ending by text[limit] with
+ * an attribute in `accept` and none in `reject`; returns its id (length in
+ * *mlen) or -1. */
+static int32_t match_special(const struct ft_tokenizer *t, const char *text, size_t limit, size_t i, uint8_t accept,
                              uint8_t reject, size_t *mlen) {
     int32_t node = t->trie_root[(uint8_t)text[i]];
     int32_t best = -1;
@@ -945,7 +946,7 @@ static int32_t match_special(const struct ft_tokenizer *t, const char *text, siz
             best = tok;
             *mlen = j + 1 - i;
         }
-        if (++j >= len)
+        if (++j >= limit)
             break;
         uint8_t b = (uint8_t)text[j];
         int32_t c = t->trie[node].child;
@@ -963,8 +964,13 @@ static int tokenize_fragment(const struct ft_tokenizer *t, const char *s, size_t
     return ft_bpe_tokenize(t, s, n, tv);
 }
 
-int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                int32_t **out, size_t *n_out) {
+/* ft_tokenize(), with special-token parsing on outside the spans `plain`
+ * (sorted, disjoint) when parse_special, and off inside them: a special
+ * token is matched only when it lies wholly in one kind of region, and the
+ * text around it is split exactly as without spans. */
+static int tokenize_regions(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special,
+                            bool parse_special, const struct ft_text_span *plain, size_t n_plain, int32_t **out,
+                            size_t *n_out) {
     if (!t || (!text && len) || !out || !n_out) {
         FT_LOG_E("invalid argument (t %p, text %p, out %p, n_out %p)", (const void *)t, (const void *)text,
                  (void *)out, (void *)n_out);
@@ -989,13 +995,22 @@ int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool
 
     /* Plain text matches user-defined tokens only, never one that is also
      * control (as llama.cpp's overrides make some). */
-    const uint8_t accept = parse_special ? FT_ATTR_SPECIAL : FT_ATTR_USER_DEFINED;
-    const uint8_t reject = parse_special ? 0 : FT_ATTR_CONTROL | FT_ATTR_UNKNOWN;
+    const uint8_t accept_plain = FT_ATTR_USER_DEFINED, reject_plain = FT_ATTR_CONTROL | FT_ATTR_UNKNOWN;
+    const uint8_t accept_default = parse_special ? FT_ATTR_SPECIAL : accept_plain;
+    const uint8_t reject_default = parse_special ? 0 : reject_plain;
     bool after_special = true; /* SPM: the text start counts as "after a special token" */
-    size_t frag = 0, i = 0;
+    size_t frag = 0, i = 0, span = 0;
     while (i < len) {
+        while (span < n_plain && plain[span].end <= i)
+            span++;
+        const bool in_plain = span < n_plain && plain[span].start <= i;
+        /* A match may not run into the next region. */
+        const size_t limit = in_plain ? plain[span].end : span < n_plain ? plain[span].start : len;
         size_t mlen = 0;
-        int32_t id = t->trie_root[(uint8_t)text[i]] >= 0 ? match_special(t, text, len, i, accept, reject, &mlen) : -1;
+        int32_t id = t->trie_root[(uint8_t)text[i]] >= 0
+                         ? match_special(t, text, limit, i, in_plain ? accept_plain : accept_default,
+                                         in_plain ? reject_plain : reject_default, &mlen)
+                         : -1;
         if (id < 0) {
             i++;
             continue;
@@ -1037,6 +1052,22 @@ int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool
 fail:
     free(tv.v);
     return rc;
+}
+
+int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                int32_t **out, size_t *n_out) {
+    return tokenize_regions(t, text, len, add_special, parse_special, NULL, 0, out, n_out);
+}
+
+int ft_tokenize_spans(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special,
+                      const struct ft_text_span *plain, size_t n_plain, int32_t **out, size_t *n_out) {
+    for (size_t k = 0; k < n_plain; k++) {
+        if (plain[k].start > plain[k].end || plain[k].end > len || (k && plain[k].start < plain[k - 1].end)) {
+            FT_LOG_E("plain-text spans must be sorted, disjoint and inside the text");
+            return FT_EINVAL;
+        }
+    }
+    return tokenize_regions(t, text, len, add_special, true, plain, n_plain, out, n_out);
 }
 
 /* ---- detokenize ----------------------------------------------------------------- */

@@ -46,6 +46,20 @@ struct ft_str ft_tokenizer_piece_raw(const struct ft_tokenizer *t, int32_t id);
 int ft_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special,
                 bool parse_special, int32_t **out, size_t *n_out);
 
+/* Byte range [start, end) of a text. */
+struct ft_text_span {
+    size_t start, end;
+};
+
+/* ft_tokenize() with special tokens parsed everywhere except in `plain`
+ * (sorted, disjoint spans): text there never becomes a control token, and
+ * a special token is only matched wholly inside or wholly outside a span.
+ * With no special-token text in the spans the ids equal ft_tokenize()'s
+ * with parse_special. For chat prompts: the template's markers are
+ * special, the messages' text is plain. */
+int ft_tokenize_spans(const struct ft_tokenizer *t, const char *text, size_t len, bool add_special,
+                      const struct ft_text_span *plain, size_t n_plain, int32_t **out, size_t *n_out);
+
 /* The bytes a token stands for when decoding (byte-fallback tokens give the
  * raw byte, ▁ gives a space, byte-level BPE symbols their bytes; control
  * tokens give "" unless render_special). Returns the byte count (may exceed
