@@ -371,3 +371,8 @@ int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *
         *out_len = len;
     return rc;
 }
+
+const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len) {
+    *len = t->t->src_len;
+    return t->t->src;
+}

@@ -81,6 +81,10 @@ int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_ch
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
 
+/* The template's text (line ends normalized to \n), e.g. to tell which
+ * tool-call format its model writes (include/ft/tool_calls.h). */
+const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len /* OUT */);
+
 /* Render with the variables llama.cpp and Hugging Face pass: every member of
  * the JSON object `globals` becomes a variable of that name (`messages` with
  * `tool_calls` and `role: "tool"` entries, `tools` as a list of
