@@ -23,7 +23,8 @@ static bool has(const char *s, const char *needle) { return s && strstr(s, needl
 
 static char *probe_render(const struct ft_chat_template *t, cJSON *ctx) {
     char *out = NULL;
-    if (!ctx || ft_chat_template_render_json(t, ctx, 0, &out, NULL))
+    /* A template may reject a probe: that is an answer, not an error to log. */
+    if (!ctx || ft_chat_template_try_render_json(t, ctx, &out))
         out = NULL;
     cJSON_Delete(ctx);
     return out;

@@ -305,7 +305,7 @@ static void send_piece(struct srv_req *r, const char *text) {
  * OpenAI's look; the mistral format's own 9-character ids when the model
  * wrote them (Mistral's templates accept nothing else in the history), else
  * 9 new ones. */
-static int make_call_ids(struct srv *s, struct srv_req *r, const struct ft_tool_parse *p, char (*ids)[32]) {
+static void make_call_ids(struct srv *s, const struct ft_tool_parse *p, char (*ids)[32]) {
     static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     const bool mistral = s->backend->tool_caps.format == FT_TOOL_FORMAT_MISTRAL;
     for (size_t i = 0; i < p->n_calls; i++) {
@@ -323,8 +323,6 @@ static int make_call_ids(struct srv *s, struct srv_req *r, const struct ft_tool_
             ids[i][k++] = alnum[next_random(s) % (sizeof(alnum) - 1)];
         ids[i][k] = '\0';
     }
-    (void)r;
-    return 0;
 }
 
 /* The end of an answer with tools: parse (non-streaming: the whole text;
@@ -355,7 +353,7 @@ static const char *finish_tools(struct srv *s, struct srv_req *r, const struct f
         ft_tool_parse_free(&p);
         return NULL;
     }
-    make_call_ids(s, r, &p, ids);
+    make_call_ids(s, &p, ids);
     for (size_t i = 0; i < p.n_calls; i++)
         idp[i] = ids[i];
     const enum ft_finish_reason finish = r->er.finish;

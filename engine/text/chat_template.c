@@ -332,8 +332,8 @@ static int json_to_val(struct ftj_arena *a, const cJSON *j, int depth, struct ft
     return 0;
 }
 
-int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, char **out,
-                                 size_t *out_len) {
+static int render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, bool quiet, char **out,
+                       size_t *out_len) {
     if (!t || !out || !cJSON_IsObject(globals)) {
         FT_LOG_E("chat template: invalid arguments");
         return FT_EINVAL;
@@ -348,6 +348,7 @@ int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *
         return rc;
     }
     ftj_render_set_time(r, now);
+    ftj_render_set_quiet(r, quiet);
     struct ftj_arena *a = ftj_render_arena(r);
     for (const cJSON *c = globals->child; c && !rc; c = c->next) {
         struct ftj_val v;
@@ -370,6 +371,15 @@ int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *
     if (!rc && out_len)
         *out_len = len;
     return rc;
+}
+
+int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, char **out,
+                                 size_t *out_len) {
+    return render_json(t, globals, now, false, out, out_len);
+}
+
+int ft_chat_template_try_render_json(const struct ft_chat_template *t, const cJSON *globals, char **out) {
+    return render_json(t, globals, 0, true, out, NULL);
 }
 
 const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len) {

@@ -383,6 +383,8 @@ int ftj_render_set(struct ftj_render *r, const char *name, struct ftj_val v);
 /* The time strftime_now() formats, in seconds since the epoch (default 0:
  * the current time at each call), for reproducible renders. */
 void ftj_render_set_time(struct ftj_render *r, int64_t now);
+/* Log nothing when the template fails (trial renders whose failure is an answer). */
+void ftj_render_set_quiet(struct ftj_render *r, bool quiet);
 /* Run the template. *out is malloc'd, NUL-terminated. Errors are logged once
  * as "chat template: ..." with the line and column of the failing construct. */
 int ftj_render_run(struct ftj_render *r, char **out /* OUT */, size_t *out_len /* OUT */);

@@ -75,6 +75,7 @@ struct ftj_render {
     struct ftj_val block_input; /* the text a {% filter %} / block set applies its filters to */
     bool failed;
     int64_t now; /* what strftime_now() formats (seconds since the epoch); 0: the current time */
+    bool quiet;  /* log nothing: a trial render whose failure is an answer */
 };
 
 /* positional + keyword arguments of a call, evaluated */
@@ -107,7 +108,8 @@ static int fail(struct ftj_render *R, size_t off, int rc, const char *fmt, ...) 
     va_end(ap);
     int line, col;
     ftj_position(R->t, off, &line, &col);
-    FT_LOG_E("chat template: line %d, column %d: %s", line, col, msg);
+    if (!R->quiet)
+        FT_LOG_E("chat template: line %d, column %d: %s", line, col, msg);
     return rc;
 }
 
@@ -2334,7 +2336,8 @@ static int call_func(struct ftj_render *R, size_t off, int fn, const struct args
             TRY(to_str(R, off, a->pos[0], &msg));
         if (!R->failed) {
             R->failed = true;
-            FT_LOG_E("chat template: %.*s", (int)FT_MIN(msg.n, 400), msg.p);
+            if (!R->quiet)
+                FT_LOG_E("chat template: %.*s", (int)FT_MIN(msg.n, 400), msg.p);
         }
         return FT_EINVAL;
     }
@@ -2777,6 +2780,8 @@ struct ftj_arena *ftj_render_arena(struct ftj_render *r) { return &r->arena; }
 
 void ftj_render_set_time(struct ftj_render *r, int64_t now) { r->now = now; }
 
+void ftj_render_set_quiet(struct ftj_render *r, bool quiet) { r->quiet = quiet; }
+
 int ftj_render_set(struct ftj_render *r, const char *name, struct ftj_val v) {
     struct ftj_str n = {name, strlen(name)};
     r->failed = true; /* frame_set logs through fail() only on OOM; keep set-up quiet */
@@ -2792,7 +2797,7 @@ int ftj_render_run(struct ftj_render *R, char **out, size_t *out_len) {
     if (rc > 0)
         rc = 0; /* break/continue cannot escape a loop (the parser checks) */
     if (rc) {
-        if (!R->failed)
+        if (!R->failed && !R->quiet)
             FT_LOG_E("chat template: render failed: %s", ft_strerror(rc));
         return rc;
     }

@@ -153,7 +153,8 @@ static bool add_call(struct acc *a, const cJSON *name, const cJSON *args, const 
 /* One JSON value starting at *p (after whitespace); *p moves past it. */
 static cJSON *parse_value(const char **p, const char *end) {
     const char *s = skip_ws(*p, end), *stop = NULL;
-    if (s >= end)
+    /* cJSON also skips control characters before a value; JSON does not. */
+    if (s >= end || (unsigned char)*s < 0x20)
         return NULL;
     cJSON *v = cJSON_ParseWithLengthOpts(s, (size_t)(end - s), &stop, 0);
     if (v)

@@ -96,4 +96,9 @@ const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *le
 int ft_chat_template_render_json(const struct ft_chat_template *t, const struct cJSON *globals, int64_t now,
                                  char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
 
+/* ft_chat_template_render_json (current time) that logs nothing when the
+ * template fails: for probes, where a rejection is the answer. */
+int ft_chat_template_try_render_json(const struct ft_chat_template *t, const struct cJSON *globals,
+                                     char **out /* OUT */);
+
 #endif

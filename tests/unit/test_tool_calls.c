@@ -502,7 +502,6 @@ static void test_answers(void) {
 }
 
 int main(void) {
-    ft_log_set_level(FT_LOG_WARN + 1); /* probes log the template errors they provoke */
     test_hermes();
     test_llama3();
     test_mistral();
