@@ -65,11 +65,6 @@ static cJSON *probe_ctx(const char *bos, const char *eos, bool with_call, bool o
     return ctx;
 }
 
-static bool renders_args(const char *out) {
-    return has(out, "\"argument_needle\":") || has(out, "'argument_needle':") ||
-           has(out, "<parameter=argument_needle>");
-}
-
 void ft_chat_tool_caps_probe(const struct ft_chat_template *t, const char *bos, const char *eos,
                              struct ft_chat_tool_caps *out) {
     memset(out, 0, sizeof(*out));
@@ -80,13 +75,14 @@ void ft_chat_tool_caps_probe(const struct ft_chat_template *t, const char *bos, 
     out->renders_tools = has(o, probe_tool);
     free(o);
     /* A call counts as rendered when its function's name shows (tools are
-     * not passed to these probes); arguments are wanted as an object when
-     * a string does not render as JSON (printed raw) but an object's key
-     * shows in some form (tojson, or key by key as GLM does). */
+     * not passed to these probes); the arguments are passed as an object
+     * when an object's key shows in some form (tojson, or key by key as GLM
+     * does): on llama.cpp's 68 templates this gives exactly llama.cpp's
+     * supports_object_arguments (tests/unit/test_tool_calls.c). */
     char *o_str = probe_render(t, probe_ctx(bos, eos, true, false));
     char *o_obj = probe_render(t, probe_ctx(bos, eos, true, true));
     out->renders_tool_calls = has(o_str, probe_tool) || has(o_obj, probe_tool);
-    out->object_arguments = !renders_args(o_str) && has(o_obj, "argument_needle");
+    out->object_arguments = has(o_obj, "argument_needle");
     free(o_str);
     free(o_obj);
     FT_LOG_I("chat template: tool calls in the %s format; the template %s tools and %s tool calls%s",

@@ -21,6 +21,7 @@
 #include "ft_test.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -413,6 +414,52 @@ static void test_context_matches_llamacpp(void) {
     ft_api_request_free(&r);
 }
 
+/* The probe against llama.cpp's own capability analysis (jinja::caps,
+ * stored by generate.py) on all 68 templates. */
+static void test_caps_match_llamacpp(void) {
+    const char *dir = getenv("FT_SOURCE_DIR");
+    if (!dir)
+        return;
+    char path[4600];
+    snprintf(path, sizeof(path), "%s/tests/data/templates/expected", dir);
+    DIR *d = opendir(path);
+    CHECKF(d != NULL, "cannot open %s", path);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || l > 250 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/tests/data/templates/expected/%s", dir, e->d_name);
+        char *text = ft_test_read_file(path, NULL);
+        cJSON *doc = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        const cJSON *caps = cJSON_GetObjectItem(doc, "caps");
+        const char *tname = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "template"));
+        CHECKF(caps && tname, "%s: no caps", e->d_name);
+        snprintf(path, sizeof(path), "%s/tests/data/templates/llama.cpp/%s", dir, tname ? tname : "");
+        size_t len = 0;
+        char *src = tname ? ft_test_read_file(path, &len) : NULL;
+        struct ft_chat_template *t = NULL;
+        if (src && caps && ft_chat_template_parse(src, len, &t) == 0) {
+            struct ft_chat_tool_caps c;
+            ft_chat_tool_caps_probe(t, "<s>", "</s>", &c);
+            CHECKF(c.renders_tools == cJSON_IsTrue(cJSON_GetObjectItem(caps, "supports_tools")), "%s: tools %d",
+                   tname, c.renders_tools);
+            CHECKF(c.renders_tool_calls == cJSON_IsTrue(cJSON_GetObjectItem(caps, "supports_tool_calls")),
+                   "%s: tool calls %d", tname, c.renders_tool_calls);
+            CHECKF(c.object_arguments == cJSON_IsTrue(cJSON_GetObjectItem(caps, "supports_object_arguments")),
+                   "%s: object arguments %d", tname, c.object_arguments);
+            n++;
+        }
+        ft_chat_template_free(t);
+        free(src);
+        cJSON_Delete(doc);
+    }
+    if (d)
+        closedir(d);
+    CHECKF(n == 68, "%d templates probed", n);
+}
+
 /* A template that knows nothing of tools (Gemma's built-in) gets them in a
  * system message, and the history's call and result as JSON turns. */
 static void test_generic_context(void) {
@@ -510,6 +557,7 @@ int main(void) {
     test_detect();
     test_requests();
     test_context_matches_llamacpp();
+    test_caps_match_llamacpp();
     test_generic_context();
     test_answers();
     return ft_test_finish("test_tool_calls");

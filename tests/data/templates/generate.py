@@ -9,7 +9,7 @@ nlohmann json), renders each template for every scenario below with the context
 common/chat.cpp builds. The outputs are written once and committed:
 
   llama.cpp/<name>.jinja        the template, byte for byte
-  expected/<name>.json          {"template", "cases": [{"scenario", "context", "output" | "error"}]}
+  expected/<name>.json          {"template", "caps", "cases": [{"scenario", "context", "output" | "error"}]}
 
 tests/unit/test_chat_template_corpus.c renders every case with FreeToken's Jinja
 and compares byte for byte. Run from anywhere:
@@ -150,14 +150,15 @@ def main():
     n_err = 0
     for path in templates:
         shutil.copyfile(path, tdir / path.name)
-        cases = []
+        cases, caps = [], None
         for name in SCENARIOS:
             r = subprocess.run([str(exe), str(path), str(scen_dir / f"{name}.json"), BOS, EOS], env=env,
                                capture_output=True, check=True)
             case = json.loads(r.stdout)
+            caps = case.pop("caps", caps)
             n_err += "error" in case
             cases.append({"scenario": name, **case})
-        doc = {"template": path.name, "llama.cpp": commit, "time": int(ORACLE_TIME), "cases": cases}
+        doc = {"template": path.name, "llama.cpp": commit, "time": int(ORACLE_TIME), "caps": caps, "cases": cases}
         (edir / (path.stem + ".json")).write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
     log(f"{len(templates)} templates x {len(SCENARIOS)} scenarios from llama.cpp {commit[:12]}; "
         f"{n_err} cases are errors in llama.cpp too")

@@ -15,7 +15,8 @@
 // so strftime_now() and the date strings are reproducible.
 //
 //   render TEMPLATE.jinja SCENARIO.json BOS EOS
-// prints {"context": <the globals>, "output": "..."} or {"context": ..., "error": "..."}.
+// prints {"caps": {...}, "context": <the globals>, "output": "..."} or {..., "error": "..."}
+// (caps: llama.cpp's jinja::caps of the template, which decide the fixes above).
 // Built and run by tests/data/templates/generate.py; not part of FreeToken.
 #include "jinja/caps.h"
 #include "jinja/lexer.h"
@@ -72,6 +73,9 @@ int main(int argc, char ** argv) {
         auto lexer_res = lexer.tokenize(src);
         jinja::program prog = jinja::parse_from_tokens(lexer_res);
         jinja::caps caps = jinja::caps_get(prog);
+        json jcaps = json::object();
+        for (const auto & [k, v] : caps.to_map()) jcaps[k] = v;
+        result["caps"] = jcaps;
 
         json messages = json::array();
         bool only_string = caps.supports_string_content && !caps.supports_typed_content;
