@@ -30,6 +30,23 @@ static char *probe_render(const struct ft_chat_template *t, cJSON *ctx) {
     return out;
 }
 
+static const char probe_system[] = "ft_probe_system_needle";
+
+static cJSON *probe_system_ctx(const char *bos, const char *eos) {
+    char msgs[256];
+    snprintf(msgs, sizeof(msgs),
+             "[{\"role\": \"system\", \"content\": \"%s\"}, {\"role\": \"user\", \"content\": \"Hey\"}]",
+             probe_system);
+    cJSON *ctx = cJSON_CreateObject();
+    if (!ctx)
+        return NULL;
+    cJSON_AddItemToObject(ctx, "messages", cJSON_Parse(msgs));
+    cJSON_AddStringToObject(ctx, "bos_token", bos ? bos : "");
+    cJSON_AddStringToObject(ctx, "eos_token", eos ? eos : "");
+    cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
+    return ctx;
+}
+
 static cJSON *probe_ctx(const char *bos, const char *eos, bool with_call, bool object_args) {
     char tools[512], msgs[1024];
     snprintf(tools, sizeof(tools),
@@ -74,6 +91,9 @@ void ft_chat_tool_caps_probe(const struct ft_chat_template *t, const char *bos, 
     char *o = probe_render(t, probe_ctx(bos, eos, false, false));
     out->renders_tools = has(o, probe_tool);
     free(o);
+    o = probe_render(t, probe_system_ctx(bos, eos));
+    out->system_role = has(o, probe_system);
+    free(o);
     /* A call counts as rendered when its function's name shows (tools are
      * not passed to these probes); the arguments are passed as an object
      * when an object's key shows in some form (tojson, or key by key as GLM
@@ -94,6 +114,10 @@ void ft_chat_tool_caps_probe(const struct ft_chat_template *t, const char *bos, 
 
 bool ft_chat_tools_active(const struct ft_api_request *r) {
     return r->n_tools > 0 && r->tool_choice != FT_API_TOOL_CHOICE_NONE;
+}
+
+bool ft_chat_generic_prompt(const struct ft_api_request *r, const struct ft_chat_tool_caps *caps) {
+    return ft_chat_tools_active(r) && caps->format == FT_TOOL_FORMAT_GENERIC && !caps->renders_tools;
 }
 
 /* JSON indented by two spaces, as Python's json.dumps(indent=2) and
@@ -236,7 +260,9 @@ static cJSON *message_json(const struct ft_api_message *m, const struct ft_chat_
     if (!o)
         return NULL;
     bool ok;
-    if ((m->n_tool_calls || is_tool) && !caps->renders_tool_calls) {
+    /* Only for templates that know nothing of tools: one that describes
+     * tools has its own way with the history (llama.cpp passes it as is). */
+    if ((m->n_tool_calls || is_tool) && !caps->renders_tool_calls && !caps->renders_tools) {
         char *content = polyfill_content(m);
         ok = content && add_str(o, "role", is_tool ? "user" : m->role) && add_str(o, "content", content);
         free(content);
@@ -266,9 +292,9 @@ static cJSON *message_json(const struct ft_api_message *m, const struct ft_chat_
 
 /* What the generic format tells the model (after llama.cpp's generic
  * handler and minja's tool polyfill). */
-static char *generic_instructions(const struct ft_api_request *r, bool describe_tools) {
-    char *tools = describe_tools ? print_indent2(r->tools) : NULL;
-    if (describe_tools && !tools)
+static char *generic_instructions(const struct ft_api_request *r) {
+    char *tools = print_indent2(r->tools);
+    if (!tools)
         return NULL;
     static const char intro[] = "You can call any of the following tools to satisfy the user's requests: ";
     static const char how[] =
@@ -282,47 +308,87 @@ static char *generic_instructions(const struct ft_api_request *r, bool describe_
     size_t n = sizeof(intro) + (tools ? strlen(tools) : 0) + 2 + sizeof(how) + sizeof(how_many) + sizeof(answer);
     char *s = malloc(n);
     if (s)
-        snprintf(s, n, "%s%s%s%s%s%s", tools ? intro : "", tools ? tools : "", tools ? "\n\n" : "", how,
-                 r->parallel_tool_calls ? how_many : "", answer);
+        snprintf(s, n, "%s%s\n\n%s%s%s", intro, tools, how, r->parallel_tool_calls ? how_many : "", answer);
     free(tools);
     return s;
+}
+
+/* Set the content of message m to prefix + sep + its content. */
+static bool prepend_content(cJSON *m, const char *prefix, const char *sep) {
+    const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    c = c ? c : "";
+    size_t n = strlen(prefix) + strlen(sep) + strlen(c) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return false;
+    snprintf(s, n, "%s%s%s", prefix, sep, c);
+    cJSON *v = cJSON_CreateString(s);
+    free(s);
+    if (!v || !cJSON_ReplaceItemInObjectCaseSensitive(m, "content", v)) {
+        cJSON_Delete(v);
+        return false;
+    }
+    return true;
+}
+
+static bool is_role(const cJSON *m, const char *role) {
+    const char *r = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    return r && !strcmp(r, role);
 }
 
 cJSON *ft_chat_context_build(const struct ft_api_request *r, const struct ft_chat_tool_caps *caps, const char *bos,
                              const char *eos, struct ft_api_error *err) {
     const bool tools = ft_chat_tools_active(r);
-    char *extra = tools && caps->format == FT_TOOL_FORMAT_GENERIC ? generic_instructions(r, !caps->renders_tools)
-                                                                  : NULL;
-    if (tools && caps->format == FT_TOOL_FORMAT_GENERIC && !extra)
-        return OOM_NULL();
     cJSON *ctx = cJSON_CreateObject();
     cJSON *msgs = ctx ? cJSON_AddArrayToObject(ctx, "messages") : NULL;
     bool ok = msgs != NULL;
-    if (ok && extra && (r->n_messages == 0 || strcmp(r->messages[0].role, "system") != 0)) {
-        cJSON *sys = cJSON_CreateObject();
-        ok = sys && cJSON_AddItemToArray(msgs, sys) && add_str(sys, "role", "system") && add_str(sys, "content", extra);
-        free(extra);
-        extra = NULL;
-    }
     for (int32_t i = 0; ok && i < r->n_messages; i++) {
         cJSON *m = message_json(&r->messages[i], caps);
         ok = m && cJSON_AddItemToArray(msgs, m);
-        if (!ok) {
+        if (!ok)
             cJSON_Delete(m);
-            break;
-        }
-        if (i == 0 && extra) {
-            /* The instructions follow the client's system message. */
-            const char *c = r->messages[0].content ? r->messages[0].content : "";
-            size_t n = strlen(c) + 2 + strlen(extra) + 1;
+    }
+    /* The generic format's instructions, for templates that say nothing
+     * about tools (as minja polyfilled them), follow the client's system
+     * message or are one. A template that describes tools in a format not
+     * parsed here keeps its own prompt, as llama.cpp renders it. */
+    if (ok && ft_chat_generic_prompt(r, caps)) {
+        char *extra = generic_instructions(r);
+        cJSON *first = cJSON_GetArrayItem(msgs, 0);
+        if (!extra) {
+            ok = false;
+        } else if (first && is_role(first, "system")) {
+            const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(first, "content"));
+            size_t n = (c ? strlen(c) : 0) + 2 + strlen(extra) + 1;
             char *merged = malloc(n);
             if (merged)
-                snprintf(merged, n, "%s%s%s", c, *c ? "\n\n" : "", extra);
-            ok = merged && cJSON_ReplaceItemInObjectCaseSensitive(m, "content", cJSON_CreateString(merged));
+                snprintf(merged, n, "%s%s%s", c ? c : "", c && *c ? "\n\n" : "", extra);
+            cJSON *v = merged ? cJSON_CreateString(merged) : NULL;
+            ok = v && cJSON_ReplaceItemInObjectCaseSensitive(first, "content", v);
+            if (!ok)
+                cJSON_Delete(v);
             free(merged);
+        } else {
+            cJSON *sys = cJSON_CreateObject();
+            ok = sys && add_str(sys, "role", "system") && add_str(sys, "content", extra) &&
+                 cJSON_InsertItemInArray(msgs, 0, sys);
+            if (!ok)
+                cJSON_Delete(sys);
         }
+        free(extra);
     }
-    free(extra);
+    /* llama.cpp's fix for templates without a system role: the system text
+     * goes in front of the next message's content ("\n" between), or away
+     * when it is alone. */
+    cJSON *first = ok ? cJSON_GetArrayItem(msgs, 0) : NULL;
+    if (ok && !caps->system_role && first && is_role(first, "system")) {
+        cJSON *next = first->next;
+        const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(first, "content"));
+        if (next)
+            ok = prepend_content(next, c ? c : "", "\n");
+        if (ok)
+            cJSON_DeleteItemFromArray(msgs, 0);
+    }
     ok = ok && add_str(ctx, "bos_token", bos ? bos : "") && add_str(ctx, "eos_token", eos ? eos : "");
     if (ok && tools) {
         cJSON *t = cJSON_Duplicate(r->tools, true);

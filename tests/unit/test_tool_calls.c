@@ -449,6 +449,8 @@ static void test_caps_match_llamacpp(void) {
                    "%s: tool calls %d", tname, c.renders_tool_calls);
             CHECKF(c.object_arguments == cJSON_IsTrue(cJSON_GetObjectItem(caps, "supports_object_arguments")),
                    "%s: object arguments %d", tname, c.object_arguments);
+            CHECKF(c.system_role == cJSON_IsTrue(cJSON_GetObjectItem(caps, "supports_system_role")),
+                   "%s: system role %d", tname, c.system_role);
             n++;
         }
         ft_chat_template_free(t);
@@ -458,6 +460,104 @@ static void test_caps_match_llamacpp(void) {
     if (d)
         closedir(d);
     CHECKF(n == 68, "%d templates probed", n);
+}
+
+/* Every scenario of generate.py (as a client sends it, tests/data/templates/
+ * scenarios.json) through the whole server path — request parsing, the
+ * probe, the context — on all 68 templates, against llama.cpp's prompt.
+ * The scenario without a generation prompt is left out (the server always
+ * asks for one). */
+static void test_all_prompts_match_llamacpp(void) {
+    const char *dir = getenv("FT_SOURCE_DIR");
+    if (!dir)
+        return;
+    char path[4600];
+    snprintf(path, sizeof(path), "%s/tests/data/templates/scenarios.json", dir);
+    char *text = ft_test_read_file(path, NULL);
+    cJSON *scen = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECKF(scen != NULL, "cannot read %s", path);
+    snprintf(path, sizeof(path), "%s/tests/data/templates/expected", dir);
+    DIR *d = opendir(path);
+    int same = 0, total = 0, generic = 0;
+    for (struct dirent *e; scen && d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || l > 250 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/tests/data/templates/expected/%s", dir, e->d_name);
+        text = ft_test_read_file(path, NULL);
+        cJSON *doc = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        const char *tname = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "template"));
+        snprintf(path, sizeof(path), "%s/tests/data/templates/llama.cpp/%s", dir, tname ? tname : "");
+        size_t len = 0;
+        char *src = tname ? ft_test_read_file(path, &len) : NULL;
+        struct ft_chat_template *t = NULL;
+        if (!src || ft_chat_template_parse(src, len, &t)) {
+            CHECKF(0, "%s: cannot parse", e->d_name);
+        } else {
+            struct ft_chat_tool_caps caps;
+            ft_chat_tool_caps_probe(t, "<s>", "</s>", &caps);
+            const cJSON *c;
+            cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "cases")) {
+                const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "scenario"));
+                const cJSON *sc = cJSON_GetObjectItem(scen, name ? name : "");
+                if (!cJSON_IsTrue(cJSON_GetObjectItem(sc, "add_generation_prompt")))
+                    continue;
+                const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(c, "output"));
+                char *body = cJSON_PrintUnformatted(sc);
+                struct ft_api_request r;
+                struct ft_api_error err;
+                CHECKF(body && parse_req(body, &r, &err) == 0, "%s/%s: %s", tname, name, err.message);
+                free(body);
+                if (err.status)
+                    continue;
+                cJSON *ctx = ft_chat_context_build(&r, &caps, "<s>", "</s>", &err);
+                /* The globals llama.cpp adds beyond the conversation (its
+                 * reasoning switch and date strings) and its fixed clock,
+                 * taken from the case, so that what is compared is the
+                 * conversation's part of the context. */
+                const cJSON *lctx = cJSON_GetObjectItem(c, "context");
+                static const char *const extra[] = {"enable_thinking", "datetime", "date_string"};
+                for (size_t k = 0; ctx && k < FT_ARRAY_LEN(extra); k++)
+                    cJSON_AddItemToObject(ctx, extra[k], cJSON_Duplicate(cJSON_GetObjectItem(lctx, extra[k]), 1));
+                char *got = NULL;
+                ft_log_set_level(FT_LOG_ERROR + 1); /* llama.cpp's own errors are expected here */
+                int rc = ctx ? ft_chat_template_render_json(t, ctx, (int64_t)cJSON_GetNumberValue(
+                                                                       cJSON_GetObjectItem(doc, "time")),
+                                                           &got, NULL)
+                             : -1;
+                ft_log_set_level(FT_LOG_WARN);
+                bool ok = want ? rc == 0 && strcmp(got, want) == 0 : rc != 0;
+                total++;
+                if (ft_chat_generic_prompt(&r, &caps)) {
+                    /* Ours on purpose: llama.cpp no longer prompts for a format here. */
+                    generic++;
+                    /* (a template that rejects the conversation rejects it in llama.cpp too) */
+                    CHECKF(rc == 0 ? strstr(got, "Respond in JSON format, either with `tool_call`") != NULL : !want,
+                           "%s/%s", tname, name);
+                } else {
+                    same += ok;
+                    CHECKF(ok, "%s/%s differs from llama.cpp (FT_TEMPLATE_VERBOSE=1 shows it)", tname, name);
+                }
+                if (!ok && !ft_chat_generic_prompt(&r, &caps) && getenv("FT_TEMPLATE_VERBOSE"))
+                    printf("DIFF %s/%s\n--- freetoken:\n%s\n--- llama.cpp:\n%s\n", tname, name, got ? got : "(error)",
+                           want ? want : "(error)");
+                free(got);
+                cJSON_Delete(ctx);
+                ft_api_request_free(&r);
+            }
+        }
+        ft_chat_template_free(t);
+        free(src);
+        cJSON_Delete(doc);
+    }
+    if (d)
+        closedir(d);
+    cJSON_Delete(scen);
+    printf("%d of %d server prompts equal llama.cpp's; %d have the generic tool instructions instead\n", same,
+           total, generic);
+    CHECKF(total == 68 * 5, "%d cases", total);
 }
 
 /* A template that knows nothing of tools (Gemma's built-in) gets them in a
@@ -558,6 +658,7 @@ int main(void) {
     test_requests();
     test_context_matches_llamacpp();
     test_caps_match_llamacpp();
+    test_all_prompts_match_llamacpp();
     test_generic_context();
     test_answers();
     return ft_test_finish("test_tool_calls");

@@ -10,6 +10,8 @@ common/chat.cpp builds. The outputs are written once and committed:
 
   llama.cpp/<name>.jinja        the template, byte for byte
   expected/<name>.json          {"template", "caps", "cases": [{"scenario", "context", "output" | "error"}]}
+  scenarios.json                each scenario as an OpenAI client sends it ({"messages", "tools"?,
+                                "add_generation_prompt"})
 
 tests/unit/test_chat_template_corpus.c renders every case with FreeToken's Jinja
 and compares byte for byte. Run from anywhere:
@@ -146,6 +148,7 @@ def main():
     scen_dir.mkdir(exist_ok=True)
     for name, scen in SCENARIOS.items():
         (scen_dir / f"{name}.json").write_text(json.dumps(scen, ensure_ascii=False))
+    (HERE / "scenarios.json").write_text(json.dumps(SCENARIOS, ensure_ascii=False, indent=1) + "\n")
     templates = sorted((src / "models" / "templates").glob("*.jinja"))
     n_err = 0
     for path in templates:
