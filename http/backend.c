@@ -4,6 +4,7 @@
 #include "ft/common.h"
 #include "ft/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,6 +184,8 @@ static int load_template(struct ft_backend *b, const struct ft_server_config *cf
         set_err(errbuf, errcap, msg);
         return rc;
     }
+    ft_chat_tool_caps_probe(b->tmpl, b->bos_text, b->eos_text, &b->tool_caps);
+    ft_clear_error();
     return FT_OK;
 }
 
@@ -270,21 +273,16 @@ static int tokenize_or_fail(const struct ft_backend *b, const char *text, size_t
     return 0;
 }
 
-static int render_chat(const struct ft_backend *b, const struct ft_api_request *r, int32_t **ids, size_t *n,
-                       struct ft_api_error *err) {
-    struct ft_chat_message *msgs = malloc(sizeof(*msgs) * (size_t)r->n_messages);
-    if (!msgs) {
-        ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
+int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text, size_t *len,
+                           struct ft_api_error *err) {
+    *text = NULL;
+    *len = 0;
+    cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
+    if (!ctx)
         return -1;
-    }
-    for (int32_t i = 0; i < r->n_messages; i++)
-        msgs[i] = (struct ft_chat_message){r->messages[i].role, r->messages[i].content};
-    char *text = NULL;
-    size_t len = 0;
     ft_clear_error();
-    int rc = ft_chat_template_render(b->tmpl, msgs, (size_t)r->n_messages, true, b->bos_text, b->eos_text, &text,
-                                     &len);
-    free(msgs);
+    int rc = ft_chat_template_render_json(b->tmpl, ctx, 0, text, len);
+    cJSON_Delete(ctx);
     if (rc == FT_ENOMEM) {
         ft_api_error_set(err, 500, NULL, "server_error", "out of memory while rendering the chat template");
         return -1;
@@ -296,7 +294,16 @@ static int render_chat(const struct ft_backend *b, const struct ft_api_request *
                          ft_last_error());
         return -1;
     }
-    rc = tokenize_or_fail(b, text, len, false, ids, n, err);
+    return 0;
+}
+
+static int render_chat(const struct ft_backend *b, const struct ft_api_request *r, int32_t **ids, size_t *n,
+                       struct ft_api_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (ft_backend_render_chat(b, r, &text, &len, err))
+        return -1;
+    int rc = tokenize_or_fail(b, text, len, false, ids, n, err);
     free(text);
     if (rc)
         return -1;

@@ -4,6 +4,7 @@
 #ifndef FT_HTTP_BACKEND_H
 #define FT_HTTP_BACKEND_H
 
+#include "chat_context.h"
 #include "request_parse.h"
 
 #include "ft/chat_template.h"
@@ -20,6 +21,7 @@ struct ft_backend {
     struct ft_chat_template *tmpl;
     char *bos_text; /* bos_token / eos_token as templates see them */
     char *eos_text;
+    struct ft_chat_tool_caps tool_caps; /* probed once from the template */
     struct ft_scheduler *sched;
     int32_t n_ctx;
     int32_t n_parallel; /* sequences at once, after the memory cap */
@@ -42,5 +44,11 @@ void ft_backend_free(struct ft_backend *b); /* accepts NULL */
  * context (the message gives both numbers). *out is malloc'd. */
 int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out /* OUT */,
                       int32_t *n_out /* OUT */, struct ft_api_error *err);
+
+/* The chat template rendered for a chat request (the prompt text before
+ * tokenization; POST /apply-template answers with it). *text is malloc'd.
+ * Errors as ft_backend_prompt. */
+int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text /* OUT */,
+                           size_t *len /* OUT */, struct ft_api_error *err);
 
 #endif

@@ -25,9 +25,12 @@ void ft_api_request_free(struct ft_api_request *r) {
     if (!r)
         return;
     free(r->model);
-    for (int32_t i = 0; i < r->n_messages; i++)
+    for (int32_t i = 0; i < r->n_messages; i++) {
         free(r->messages[i].content);
+        ft_api_message_tools_free(&r->messages[i]);
+    }
     free(r->messages);
+    ft_api_tools_free(r);
     free(r->prompt);
     free(r->prompt_tokens);
     for (int i = 0; i < r->n_stops; i++)
@@ -217,8 +220,15 @@ static int parse_messages(const cJSON *root, struct ft_api_request *r, struct ft
             r->messages[i].role = "user";
         else if (!strcmp(rs, "assistant"))
             r->messages[i].role = "assistant";
+        else if (!strcmp(rs, "tool"))
+            r->messages[i].role = "tool";
         else
-            return BAD(param, "unknown role '%.40s' in %s: expected system, developer, user or assistant", rs, param);
+            return BAD(param, "unknown role '%.40s' in %s: expected system, developer, user, assistant or tool", rs,
+                       param);
+        /* Counted now so that ft_api_request_free frees what the tool fields hold. */
+        r->n_messages++;
+        if (ft_api_parse_message_tools(m, i, &r->messages[i], err))
+            return -1;
         const cJSON *content = field(m, "content");
         snprintf(param, sizeof(param), "messages[%d].content", i);
         if (!content) {
@@ -230,7 +240,6 @@ static int parse_messages(const cJSON *root, struct ft_api_request *r, struct ft
         } else if (parse_content(content, param, &r->messages[i].content, err)) {
             return -1;
         }
-        r->n_messages++;
     }
     return 0;
 }
@@ -360,6 +369,8 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
             return OOM();
     }
     if (ep == FT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err))
+        return -1;
+    if (ep == FT_API_CHAT && ft_api_parse_tools(root, r, err))
         return -1;
 
     int64_t i;

@@ -33,9 +33,29 @@ enum ft_api_endpoint { FT_API_CHAT, FT_API_COMPLETIONS };
 #define FT_API_MAX_JSON_DEPTH 64
 #define FT_API_MAX_JSON_VALUES 262144
 
+#define FT_API_MAX_TOOLS 128 /* OpenAI's limit, also for calls in one message */
+
+/* A call in an assistant message of the history (OpenAI's tool_calls[i]). */
+struct ft_api_tool_call {
+    char *id;
+    char *name;
+    char *arguments; /* JSON text, as the client sent it (checked to be JSON) */
+};
+
 struct ft_api_message {
-    const char *role; /* "system", "user" or "assistant" (static) */
-    char *content;    /* malloc'd UTF-8; text parts joined with "\n" */
+    const char *role; /* "system", "user", "assistant" or "tool" (static) */
+    char *content;    /* malloc'd UTF-8; text parts joined with "\n"; "" for a null content */
+    struct ft_api_tool_call *tool_calls; /* assistant: the calls it made */
+    int32_t n_tool_calls;
+    char *tool_call_id; /* tool: the call this is the result of */
+    char *name;         /* tool: the function's name, when given */
+};
+
+enum ft_api_tool_choice {
+    FT_API_TOOL_CHOICE_AUTO,     /* the default when tools are given */
+    FT_API_TOOL_CHOICE_NONE,     /* the default without tools: no tool in the prompt, none parsed */
+    FT_API_TOOL_CHOICE_REQUIRED, /* parsed and checked, refused until constrained decoding exists */
+    FT_API_TOOL_CHOICE_FUNCTION, /* {"type": "function", "function": {"name": ...}}: likewise */
 };
 
 struct ft_api_request {
@@ -58,6 +78,15 @@ struct ft_api_request {
     bool logprobs;      /* chat: logprobs true; completions: logprobs given (an integer) */
     int32_t top_logprobs; /* chat: top_logprobs; completions: the logprobs integer */
     bool tokens_as_ids; /* vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:ID" */
+    /* tools (http/tool_request.c): validated and normalized to what chat
+     * templates expect, [{"type": "function", "function": {"name",
+     * "description", "parameters"}}]; NULL when not given */
+    struct cJSON *tools;
+    char **tool_names; /* n_tools names, in order */
+    int32_t n_tools;
+    enum ft_api_tool_choice tool_choice;
+    char *tool_choice_name; /* FT_API_TOOL_CHOICE_FUNCTION */
+    bool parallel_tool_calls; /* default true */
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     int performance_metrics; /* -1 not given, 0 false, 1 true */
@@ -83,6 +112,13 @@ void ft_api_request_free(struct ft_api_request *r); /* accepts a zeroed struct *
  * caller cJSON_Deletes it), or NULL with *err filled. */
 struct cJSON;
 struct cJSON *ft_api_parse_body(const char *body, size_t len, struct ft_api_error *err /* OUT */);
+/* http/tool_request.c, called by the parser above: `tools`, `tool_choice`,
+ * `parallel_tool_calls` of the body, and the tool fields of messages[i]
+ * (role "tool" with tool_call_id, assistant tool_calls). 0 or -1 with *err. */
+int ft_api_parse_tools(const struct cJSON *root, struct ft_api_request *r, struct ft_api_error *err);
+int ft_api_parse_message_tools(const struct cJSON *m, int i, struct ft_api_message *msg, struct ft_api_error *err);
+void ft_api_tools_free(struct ft_api_request *r);
+void ft_api_message_tools_free(struct ft_api_message *msg);
 
 void ft_api_error_set(struct ft_api_error *err, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

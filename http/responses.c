@@ -257,3 +257,74 @@ char *ft_resp_models(const char *model_id, long long created) {
     }
     return print_free(o);
 }
+
+/* ---- tool calls (http/tool_calls.h parses them from the model's text) ---- */
+
+static cJSON *tool_call_json(int index, const char *id, const char *name, const char *arguments, bool in_delta) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (in_delta)
+        cJSON_AddNumberToObject(o, "index", index);
+    if (id)
+        cJSON_AddStringToObject(o, "id", id);
+    if (name)
+        cJSON_AddStringToObject(o, "type", "function");
+    cJSON *f = cJSON_AddObjectToObject(o, "function");
+    if (f && name)
+        cJSON_AddStringToObject(f, "name", name);
+    if (f)
+        cJSON_AddStringToObject(f, "arguments", arguments);
+    return o;
+}
+
+char *ft_resp_completion_tools(const struct ft_resp_ctx *c, const struct ft_tool_parse *p, const char *const *ids,
+                               const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics) {
+    cJSON *o = envelope(c, false);
+    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    cJSON *ch = choices ? cJSON_CreateObject() : NULL;
+    if (!ch) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+    if (msg) {
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        if (p->content && p->content[0])
+            cJSON_AddStringToObject(msg, "content", p->content);
+        else
+            cJSON_AddNullToObject(msg, "content");
+        cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
+        for (size_t i = 0; calls && i < p->n_calls; i++)
+            cJSON_AddItemToArray(calls, tool_call_json((int)i, ids[i], p->calls[i].name, p->calls[i].arguments, false));
+        cJSON_AddNullToObject(msg, "refusal");
+    }
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddStringToObject(ch, "finish_reason", "tool_calls");
+    cJSON_AddItemToObject(o, "usage", ft_resp_usage(usage));
+    if (metrics)
+        cJSON_AddItemToObject(o, "metrics", ft_resp_metrics(metrics));
+    return print_free(o);
+}
+
+char *ft_resp_chunk_tool_call(const struct ft_resp_ctx *c, int index, const char *id, const char *name,
+                              const char *arguments) {
+    cJSON *o = envelope(c, true);
+    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    enum text_added added = TEXT_PLAIN;
+    cJSON *ch = choices ? chunk_choice(c, 0, NULL, NULL, 0, NULL, NULL, &added) : NULL;
+    if (ch) {
+        cJSON_AddItemToArray(choices, ch);
+        cJSON *delta = cJSON_GetObjectItemCaseSensitive(ch, "delta");
+        cJSON *calls = delta ? cJSON_AddArrayToObject(delta, "tool_calls") : NULL;
+        if (calls)
+            cJSON_AddItemToArray(calls, tool_call_json(index, id, name, arguments, true));
+    }
+    if (o && c->include_usage)
+        cJSON_AddNullToObject(o, "usage");
+    return print_free(o);
+}
+
+char *ft_resp_chunk_finish_tools(const struct ft_resp_ctx *c) { return chunk(c, 0, NULL, NULL, 0, "tool_calls", NULL); }

@@ -9,6 +9,7 @@
 
 #include "ft/generate.h"
 #include "ft/metrics.h"
+#include "ft/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -54,6 +55,18 @@ char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finis
 /* The last chunk: "choices": [], with usage (when usage != NULL) and/or metrics. */
 char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_metrics *usage,
                           const struct ft_request_metrics *metrics);
+/* Chat answers that call tools: message.content (null when empty) and
+ * message.tool_calls [{id, type, function: {name, arguments}}] with ids[i]
+ * for p->calls[i], finish_reason "tool_calls". */
+char *ft_resp_completion_tools(const struct ft_resp_ctx *c, const struct ft_tool_parse *p, const char *const *ids,
+                               const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics);
+/* A chunk with delta.tool_calls [{index, ...}]: the first for a call carries
+ * id, type and function.name (arguments ""), later ones only
+ * function.arguments (id and name NULL). */
+char *ft_resp_chunk_tool_call(const struct ft_resp_ctx *c, int index, const char *id, const char *name,
+                              const char *arguments);
+/* The finishing chunk of an answer that called tools. */
+char *ft_resp_chunk_finish_tools(const struct ft_resp_ctx *c);
 /* GET /v1/models */
 char *ft_resp_models(const char *model_id, long long created);
 

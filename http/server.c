@@ -130,6 +130,8 @@ struct srv_req {
     struct ft_conn *conn;          /* NULL once the client is gone or answered */
     bool gone;                     /* the client went away first */
     struct srv_choice *choices;    /* api.n of them */
+    bool tools;                    /* the answer is parsed for tool calls (ft_chat_tools_active; then n is 1) */
+    struct ft_tool_stream ts;      /* streaming with tools: content passed on, a call held back */
     struct srv_req *prev, *next;   /* srv->inflight */
 
     /* Guarded by srv->lock: pieces of text as [struct piece][bytes][NUL]. */
@@ -279,6 +281,7 @@ static void srv_req_free(struct srv_req *r) {
         }
         free(r->choices);
     }
+    ft_tool_stream_free(&r->ts);
     ft_api_request_free(&r->api);
     free(r);
 }
@@ -363,6 +366,22 @@ static void send_piece(struct srv_req *r, int32_t c, const char *text, size_t le
         push_logprob(r, ch, lp);
     if (!r->api.stream) {
         evbuffer_add(ch->text, text, len);
+        return;
+    }
+    if (r->tools) {
+        /* Content goes out as it comes; what may be a call waits for the
+         * end (finish_tools() sends it and the finish chunk). */
+        char *content = NULL;
+        if (ft_tool_stream_feed(&r->ts, text, len, &content)) {
+            r->oom = true;
+            return;
+        }
+        if (r->conn && *content) {
+            char *chunk = ft_resp_chunk_text(&r->ctx, c, content, strlen(content), take_logprobs(r, c));
+            ft_sse_send(r->conn, chunk); /* on failure on_client_gone has run */
+            free(chunk);
+        }
+        free(content);
         return;
     }
     if (r->conn && len) {
@@ -451,6 +470,103 @@ static const char *prompt_for_log(const struct ft_api_request *api, char *buf, s
     return buf;
 }
 
+/* Ids for the calls of one answer: "call_" and 24 letters or digits, as
+ * OpenAI's look; the mistral format's own 9-character ids when the model
+ * wrote them (Mistral's templates accept nothing else in the history), else
+ * 9 new ones. */
+static void make_call_ids(struct srv *s, const struct ft_tool_parse *p, char (*ids)[32]) {
+    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    const bool mistral = s->backend->tool_caps.format == FT_TOOL_FORMAT_MISTRAL;
+    for (size_t i = 0; i < p->n_calls; i++) {
+        const char *own = p->calls[i].id;
+        if (mistral && own && strlen(own) == 9 && strspn(own, alnum) == 9) {
+            memcpy(ids[i], own, 10);
+            continue;
+        }
+        size_t k = 0, n = mistral ? 9 : 24;
+        if (!mistral) {
+            memcpy(ids[i], "call_", 5);
+            k = 5;
+        }
+        for (size_t j = 0; j < n; j++)
+            ids[i][k++] = alnum[next_random(s) % (sizeof(alnum) - 1)];
+        ids[i][k] = '\0';
+    }
+}
+
+/* The end of an answer with tools: parse (non-streaming: the whole text;
+ * streaming: what the stream held back) and send the calls. Returns the
+ * finish reason for the log, or NULL on allocation failure. */
+static const char *finish_tools(struct srv *s, struct srv_req *r, const struct ft_request_metrics *usage,
+                                const struct ft_request_metrics *metrics) {
+    const char *const *names = (const char *const *)r->api.tool_names;
+    const size_t max_calls = r->api.parallel_tool_calls ? 0 : 1;
+    struct ft_tool_parse p;
+    int rc;
+    if (r->api.stream) {
+        rc = ft_tool_stream_finish(&r->ts, names, (size_t)r->api.n_tools, max_calls, &p);
+    } else {
+        struct evbuffer *tb = r->choices[0].text;
+        const size_t tl = evbuffer_get_length(tb);
+        evbuffer_add(tb, "", 1);
+        const char *text = (const char *)evbuffer_pullup(tb, -1);
+        rc = text ? ft_tool_calls_parse(s->backend->tool_caps.format, text, tl, names, (size_t)r->api.n_tools,
+                                        max_calls, &p)
+                  : FT_ENOMEM;
+    }
+    if (rc)
+        return NULL;
+    char (*ids)[32] = p.n_calls ? calloc(p.n_calls, sizeof(*ids)) : NULL;
+    const char **idp = p.n_calls ? calloc(p.n_calls, sizeof(*idp)) : NULL;
+    if (p.n_calls && (!ids || !idp)) {
+        free(ids);
+        free(idp);
+        ft_tool_parse_free(&p);
+        return NULL;
+    }
+    make_call_ids(s, &p, ids);
+    for (size_t i = 0; i < p.n_calls; i++)
+        idp[i] = ids[i];
+    const enum ft_finish_reason finish = r->er.finish;
+    const char *reason = p.n_calls ? "tool_calls" : ft_resp_finish_reason(finish);
+    if (r->api.stream) {
+        if (p.content[0]) {
+            char *c = ft_resp_chunk_text(&r->ctx, 0, p.content, strlen(p.content), NULL);
+            if (r->conn && c)
+                ft_sse_send(r->conn, c);
+            free(c);
+        }
+        for (size_t i = 0; i < p.n_calls && r->conn; i++) {
+            char *c = ft_resp_chunk_tool_call(&r->ctx, (int)i, idp[i], p.calls[i].name, "");
+            if (r->conn && c)
+                ft_sse_send(r->conn, c);
+            free(c);
+            c = ft_resp_chunk_tool_call(&r->ctx, (int)i, NULL, NULL, p.calls[i].arguments);
+            if (r->conn && c)
+                ft_sse_send(r->conn, c);
+            free(c);
+        }
+        char *c = p.n_calls ? ft_resp_chunk_finish_tools(&r->ctx) : ft_resp_chunk_finish(&r->ctx, 0, finish, NULL);
+        if (r->conn && c)
+            ft_sse_send(r->conn, c);
+        free(c);
+    } else if (r->conn) {
+        /* The generic format's {"response": ...} comes back as the content. */
+        const struct ft_resp_choice content = {p.content, strlen(p.content), finish, NULL};
+        char *body = p.n_calls ? ft_resp_completion_tools(&r->ctx, &p, idp, usage, metrics)
+                               : ft_resp_completion(&r->ctx, &content, 1, usage, metrics);
+        if (!body)
+            reason = NULL;
+        else
+            ft_conn_reply(r->conn, 200, "application/json", NULL, 0, body, strlen(body));
+        free(body);
+    }
+    free(ids);
+    free(idp);
+    ft_tool_parse_free(&p);
+    return reason;
+}
+
 static void finish_request(struct srv *s, struct srv_req *r) {
     struct ft_request *er = &r->er;
     if (r->embd && er->finish == FT_FINISH_STOP && !ft_embd_finite(r->embd)) {
@@ -470,6 +586,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
         error = msg;
     }
     const struct ft_request_metrics *metrics = r->want_metrics ? m : NULL;
+    const char *tool_finish = NULL; /* "tool_calls" when the answer called tools */
     if (r->conn && r->api.stream) {
         /* Each send may find the client gone (r->conn becomes NULL). */
         if (error) {
@@ -477,8 +594,17 @@ static void finish_request(struct srv *s, struct srv_req *r) {
             ft_sse_send(r->conn, body);
             free(body);
         } else {
-            for (int32_t i = 0; i < r->api.n; i++) /* those not sent with their last piece */
-                send_finish(r, i, er->choice_finish[i]);
+            if (r->tools) {
+                if (!(tool_finish = finish_tools(s, r, m, metrics))) {
+                    char *body = ft_http_error_body(500, "out of memory", NULL, NULL);
+                    if (r->conn && body)
+                        ft_sse_send(r->conn, body);
+                    free(body);
+                }
+            } else {
+                for (int32_t i = 0; i < r->api.n; i++) /* those not sent with their last piece */
+                    send_finish(r, i, er->choice_finish[i]);
+            }
             if (r->conn && (r->api.include_usage || metrics)) {
                 char *c;
                 c = ft_resp_chunk_final(&r->ctx, r->api.include_usage ? m : NULL, metrics);
@@ -496,6 +622,14 @@ static void finish_request(struct srv *s, struct srv_req *r) {
             ft_conn_reply(r->conn, status, "application/json", NULL, 0, body ? body : fallback,
                           strlen(body ? body : fallback));
             free(body);
+        } else if (r->tools) {
+            if (!(tool_finish = finish_tools(s, r, m, metrics))) {
+                status = 500;
+                error = "out of memory";
+                char *body = ft_http_error_body(status, error, NULL, NULL);
+                ft_conn_reply(r->conn, status, "application/json", NULL, 0, body ? body : "", body ? strlen(body) : 0);
+                free(body);
+            }
         } else {
             char *body = r->embd ? ft_embd_response(r->embd, s->model_id, m, r->want_metrics)
                                  : completion_body(r, m, metrics);
@@ -515,9 +649,9 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     }
     if (er->finish != FT_FINISH_ERROR)
         ft_prom_observe(s->prom, r->endpoint, &er->timing, m);
-    const char *finish = er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH
-                             ? ft_resp_finish_reason(er->finish)
-                             : ft_finish_reason_name(er->finish);
+    const char *finish = tool_finish                                                      ? tool_finish
+                         : er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH ? ft_resp_finish_reason(er->finish)
+                                                                                       : ft_finish_reason_name(er->finish);
     if (s->otlp)
         submit_span(s, r, status, finish);
     char prompt[LOG_PROMPT_MAX + 32];
@@ -714,6 +848,18 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         ft_otlp_new_ids(&ids, true);
         memcpy(r->trace_id, ids.trace_id, sizeof(r->trace_id));
     }
+    r->tools = ep == FT_API_CHAT && ft_chat_tools_active(&r->api);
+    ft_tool_stream_init(&r->ts, b->tool_caps.format);
+    if (r->tools && (r->api.n > 1 || r->api.logprobs)) {
+        /* Tool calls are parsed from one answer, and their chunks carry no
+         * log-probabilities: refused rather than dropped. */
+        reply_error(s, conn, req, endpoint, 400,
+                    r->api.n > 1 ? "'n' greater than 1 is not supported together with 'tools'"
+                                 : "'logprobs' is not supported together with 'tools'",
+                    r->api.n > 1 ? "n" : "logprobs", NULL);
+        srv_req_free(r);
+        return;
+    }
     r->er.prompt = r->prompt;
     r->er.user = r;
     r->er.params.sampling = r->api.sampling;
@@ -812,6 +958,41 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
         evbuffer_free(b);
 }
 
+/* POST /apply-template (llama-server's): the prompt a chat request would
+ * run, {"prompt": "..."}, without generating: the body is a chat
+ * completions request, validated the same way. */
+static void handle_apply_template(struct srv *s, struct ft_conn *c, const struct ft_http_request *req,
+                                  const char *body, size_t len, const char *endpoint) {
+    if (atomic_load(&s->state) != STATE_READY) {
+        reply_error(s, c, req, endpoint, 503, "the model is still loading; retry when GET /health answers 200", NULL,
+                    "model_loading");
+        return;
+    }
+    struct ft_api_request api;
+    struct ft_api_error err;
+    if (ft_api_request_parse(body, len, FT_API_CHAT, s->backend->n_vocab, &api, &err)) {
+        reply_error(s, c, req, endpoint, err.status, err.message, err.param, err.code);
+        return;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    if (ft_backend_render_chat(s->backend, &api, &text, &n, &err)) {
+        ft_api_request_free(&api);
+        reply_error(s, c, req, endpoint, err.status, err.message, err.param, err.code);
+        return;
+    }
+    ft_api_request_free(&api);
+    cJSON *o = cJSON_CreateObject();
+    char *json = o && cJSON_AddStringToObject(o, "prompt", text) ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    free(text);
+    if (json)
+        reply_json(s, c, req, endpoint, 200, json);
+    else
+        reply_error(s, c, req, endpoint, 500, "out of memory", NULL, NULL);
+    free(json);
+}
+
 enum route_kind {
     R_CHAT,
     R_COMPLETIONS,
@@ -822,6 +1003,7 @@ enum route_kind {
     R_EMBEDDINGS,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_APPLY_TEMPLATE,
 };
 
 static const struct route {
@@ -838,6 +1020,7 @@ static const struct route {
     {"/v1/embeddings", FT_HTTP_POST, R_EMBEDDINGS},
     {"/tokenize", FT_HTTP_POST, R_TOKENIZE},
     {"/detokenize", FT_HTTP_POST, R_DETOKENIZE},
+    {"/apply-template", FT_HTTP_POST, R_APPLY_TEMPLATE},
 };
 
 /* Compares the whole key in constant time, so response timing does not
@@ -935,6 +1118,7 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     case R_EMBEDDINGS: handle_embeddings(s, c, req, body, body_len, route->path); break;
     case R_TOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, false); break;
     case R_DETOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, true); break;
+    case R_APPLY_TEMPLATE: handle_apply_template(s, c, req, body, body_len, route->path); break;
     }
 }
 

@@ -15,6 +15,8 @@
 #include "ft/common.h"
 #include "jinja.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <string.h>
 #include <stdlib.h>
 
@@ -264,4 +266,123 @@ int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_ch
     if (!rc && out_len)
         *out_len = len;
     return rc;
+}
+
+/* JSON -> Jinja values. Strings point into the cJSON tree, which outlives
+ * the render. JSON numbers that are whole and fit in 2^53 become integers,
+ * others floats (cJSON keeps no trace of "1" vs "1.0"). Depth and list sizes
+ * are bounded like every other value a template sees. */
+static int json_to_val(struct ftj_arena *a, const cJSON *j, int depth, struct ftj_val *out /* OUT */) {
+    if (depth > FTJ_MAX_DATA_DEPTH) {
+        FT_LOG_E("chat template: context nested deeper than %d", FTJ_MAX_DATA_DEPTH);
+        return FT_ERANGE;
+    }
+    if (cJSON_IsNull(j)) {
+        *out = ftj_none();
+    } else if (cJSON_IsBool(j)) {
+        *out = ftj_bool(cJSON_IsTrue(j));
+    } else if (cJSON_IsNumber(j)) {
+        double d = j->valuedouble;
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0)
+            *out = ftj_int((int64_t)d);
+        else
+            *out = ftj_float(d);
+    } else if (cJSON_IsString(j)) {
+        *out = cstr(j->valuestring);
+    } else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
+        size_t n = 0;
+        for (const cJSON *c = j->child; c; c = c->next)
+            n++;
+        if (n > ftj_default_limits.max_list) {
+            FT_LOG_E("chat template: a context list or object has %zu items, more than the limit of %zu", n,
+                     ftj_default_limits.max_list);
+            return FT_ERANGE;
+        }
+        if (cJSON_IsArray(j)) {
+            struct ftj_list *l = ftj_list_new(a, n, false);
+            if (!l)
+                return FT_ENOMEM;
+            size_t i = 0;
+            for (const cJSON *c = j->child; c; c = c->next, i++) {
+                int rc = json_to_val(a, c, depth + 1, &l->v[i]);
+                if (rc)
+                    return rc;
+            }
+            out->type = FTJ_LIST;
+            out->u.list = l;
+        } else {
+            struct ftj_dict *d = ftj_dict_new(a, n ? n : 1);
+            if (!d)
+                return FT_ENOMEM;
+            for (const cJSON *c = j->child; c; c = c->next) {
+                struct ftj_val v;
+                int rc = json_to_val(a, c, depth + 1, &v);
+                if (!rc && ftj_dict_set(a, d, cstr(c->string), v))
+                    rc = FT_ENOMEM;
+                if (rc)
+                    return rc;
+            }
+            out->type = FTJ_DICT;
+            out->u.dict = d;
+        }
+    } else {
+        FT_LOG_E("chat template: invalid JSON value in the context");
+        return FT_EINVAL;
+    }
+    return 0;
+}
+
+static int render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, bool quiet, char **out,
+                       size_t *out_len) {
+    if (!t || !out || !cJSON_IsObject(globals)) {
+        FT_LOG_E("chat template: invalid arguments");
+        return FT_EINVAL;
+    }
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    struct ftj_render *r;
+    int rc = ftj_render_new(t->t, &ftj_default_limits, &r);
+    if (rc) {
+        FT_LOG_E("chat template: out of memory");
+        return rc;
+    }
+    ftj_render_set_time(r, now);
+    ftj_render_set_quiet(r, quiet);
+    struct ftj_arena *a = ftj_render_arena(r);
+    for (const cJSON *c = globals->child; c && !rc; c = c->next) {
+        struct ftj_val v;
+        rc = json_to_val(a, c, 0, &v);
+        if (!rc && ftj_render_set(r, c->string, v))
+            rc = FT_ENOMEM;
+    }
+    if (rc) {
+        if (rc == FT_ENOMEM && a->over_limit)
+            rc = FT_ERANGE;
+        if (rc == FT_ENOMEM || a->over_limit)
+            FT_LOG_E("chat template: %s building the context",
+                     rc == FT_ERANGE ? "render memory limit reached" : "out of memory");
+        ftj_render_free(r);
+        return rc;
+    }
+    size_t len = 0;
+    rc = ftj_render_run(r, out, &len);
+    ftj_render_free(r);
+    if (!rc && out_len)
+        *out_len = len;
+    return rc;
+}
+
+int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, char **out,
+                                 size_t *out_len) {
+    return render_json(t, globals, now, false, out, out_len);
+}
+
+int ft_chat_template_try_render_json(const struct ft_chat_template *t, const cJSON *globals, char **out) {
+    return render_json(t, globals, 0, true, out, NULL);
+}
+
+const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len) {
+    *len = t->t->src_len;
+    return t->t->src;
 }

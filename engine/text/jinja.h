@@ -12,9 +12,11 @@
  * literals, the normalized source). A render owns another arena for every
  * value it creates; values are plain structs that point into the template,
  * the caller's messages or the render arena, so nothing is reference-counted
- * and everything is freed at once when the render ends. Lists and dicts are
- * immutable once built (as in HF's ImmutableSandboxedEnvironment), except
- * namespaces, whose attributes `{% set ns.x = ... %}` may change.
+ * and everything is freed at once when the render ends. Dicts are immutable
+ * once built (as in HF's ImmutableSandboxedEnvironment), except namespaces,
+ * whose attributes `{% set ns.x = ... %}` may change; lists grow through
+ * list.append() and shrink through list.pop(), which llama.cpp's engine
+ * allows and Kimi K2's template uses.
  *
  * Symbols are prefixed ftj_ (FreeToken Jinja).
  */
@@ -121,6 +123,7 @@ struct ftj_val {
 
 struct ftj_list {
     size_t n;
+    size_t cap; /* slots in v list.append() may fill in place (0: exactly n); v belongs to this list alone */
     bool tuple;
     struct ftj_val *v;
 };
@@ -354,7 +357,7 @@ enum ftj_method {
     FTJ_M_RSTRIP, FTJ_M_UPPER, FTJ_M_LOWER, FTJ_M_TITLE, FTJ_M_CAPITALIZE, FTJ_M_REPLACE,
     FTJ_M_FIND, FTJ_M_RFIND, FTJ_M_COUNT, FTJ_M_JOIN, FTJ_M_REMOVEPREFIX, FTJ_M_REMOVESUFFIX,
     FTJ_M_ISDIGIT, FTJ_M_ISALPHA, FTJ_M_ISALNUM, FTJ_M_ISSPACE, FTJ_M_ISLOWER, FTJ_M_ISUPPER,
-    FTJ_M_ITEMS, FTJ_M_KEYS, FTJ_M_VALUES, FTJ_M_GET, FTJ_M_CYCLE, FTJ_M_FORMAT,
+    FTJ_M_ITEMS, FTJ_M_KEYS, FTJ_M_VALUES, FTJ_M_GET, FTJ_M_CYCLE, FTJ_M_FORMAT, FTJ_M_APPEND, FTJ_M_POP,
 };
 
 /* Name tables (jinja_parse.c): id for a name, or -1. */
@@ -377,6 +380,11 @@ void ftj_render_free(struct ftj_render *r);
 struct ftj_arena *ftj_render_arena(struct ftj_render *r);
 /* Define a global variable (name must outlive the render). */
 int ftj_render_set(struct ftj_render *r, const char *name, struct ftj_val v);
+/* The time strftime_now() formats, in seconds since the epoch (default 0:
+ * the current time at each call), for reproducible renders. */
+void ftj_render_set_time(struct ftj_render *r, int64_t now);
+/* Log nothing when the template fails (trial renders whose failure is an answer). */
+void ftj_render_set_quiet(struct ftj_render *r, bool quiet);
 /* Run the template. *out is malloc'd, NUL-terminated. Errors are logged once
  * as "chat template: ..." with the line and column of the failing construct. */
 int ftj_render_run(struct ftj_render *r, char **out /* OUT */, size_t *out_len /* OUT */);

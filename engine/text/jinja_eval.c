@@ -6,8 +6,11 @@
  * its tojson, raise_exception and strftime_now). Where they differ, on
  * purpose:
  *  - `.attr` and `[key]` on an undefined value give undefined instead of
- *    raising (as Jinja already does on `none`); `+` with an undefined
- *    operand still fails, as in Jinja;
+ *    raising (as Jinja already does on `none`);
+ *  - a string `+` none or undefined (either side) is the string, as in
+ *    llama.cpp's engine, where Jinja raises: firefunction-v2 appends an
+ *    unset `functions` and Command R+ an absent parameter description;
+ *    any other `+` with none or undefined fails, as in Jinja;
  *  - upper/lower/title/capitalize map ASCII letters only; strip()/split()
  *    without arguments know all of Python's Unicode whitespace;
  *  - integers are 64-bit (overflow is an error, not a bignum);
@@ -71,6 +74,8 @@ struct ftj_render {
     int depth;
     struct ftj_val block_input; /* the text a {% filter %} / block set applies its filters to */
     bool failed;
+    int64_t now; /* what strftime_now() formats (seconds since the epoch); 0: the current time */
+    bool quiet;  /* log nothing: a trial render whose failure is an answer */
 };
 
 /* positional + keyword arguments of a call, evaluated */
@@ -103,7 +108,8 @@ static int fail(struct ftj_render *R, size_t off, int rc, const char *fmt, ...) 
     va_end(ap);
     int line, col;
     ftj_position(R->t, off, &line, &col);
-    FT_LOG_E("chat template: line %d, column %d: %s", line, col, msg);
+    if (!R->quiet)
+        FT_LOG_E("chat template: line %d, column %d: %s", line, col, msg);
     return rc;
 }
 
@@ -865,6 +871,11 @@ static int binop(struct ftj_render *R, size_t off, int op, struct ftj_val a, str
     }
     if (op == FTJ_OP_ADD && a.type == FTJ_STR && b.type == FTJ_STR)
         return concat_str(R, off, a.u.s, b.u.s, out);
+    if (op == FTJ_OP_ADD && ((a.type == FTJ_STR && (b.type == FTJ_NONE || b.type == FTJ_UNDEF)) ||
+                             (b.type == FTJ_STR && (a.type == FTJ_NONE || a.type == FTJ_UNDEF)))) {
+        *out = a.type == FTJ_STR ? a : b;
+        return 0;
+    }
     if (op == FTJ_OP_ADD && a.type == FTJ_LIST && b.type == FTJ_LIST && a.u.list->tuple == b.u.list->tuple) {
         struct ftj_list *l;
         TRY(new_list(R, off, a.u.list->n + b.u.list->n, a.u.list->tuple, &l));
@@ -1901,6 +1912,60 @@ static int str_format(struct ftj_render *R, size_t off, struct ftj_str s, const 
     return rc;
 }
 
+/* list.append(x): grows the list in place, so every name bound to it sees
+ * the new item, as in Python; returns none. A full array is copied into one
+ * twice the size (the old one stays valid: slices and loops may point at
+ * it). Counted as a mutation so that no arena roll-back frees the copy. */
+static int list_append(struct ftj_render *R, size_t off, struct ftj_list *l, const struct args *a,
+                       struct ftj_val *out) {
+    if (a->npos != 1 || a->nkw)
+        return fail(R, off, FT_EINVAL, "append() takes exactly one argument");
+    if (l->tuple)
+        return fail(R, off, FT_EINVAL, "'tuple' object has no attribute 'append'");
+    if (l->n >= R->lim.max_list)
+        return fail(R, off, FT_ERANGE, "a list of %zu items exceeds the limit of %zu", l->n + 1, R->lim.max_list);
+    if (l->n >= l->cap) {
+        size_t cap = l->n < 4 ? 8 : FT_MIN(2 * l->n, R->lim.max_list);
+        struct ftj_val *v;
+        ALLOC(v, cap * sizeof(*v), off);
+        if (l->n)
+            memcpy(v, l->v, l->n * sizeof(*v));
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = a->pos[0];
+    R->ns_writes++;
+    *out = ftj_none();
+    return 0;
+}
+
+/* list.pop([i]): removes and returns item i (default the last; negative
+ * counts from the end), shifting the rest down in place, as in Python. */
+static int list_pop(struct ftj_render *R, size_t off, struct ftj_list *l, const struct args *a,
+                    struct ftj_val *out) {
+    if (a->npos > 1 || a->nkw)
+        return fail(R, off, FT_EINVAL, "pop() takes at most one argument");
+    if (l->tuple)
+        return fail(R, off, FT_EINVAL, "'tuple' object has no attribute 'pop'");
+    int64_t i = -1;
+    if (a->npos) {
+        if (a->pos[0].type != FTJ_INT)
+            return fail(R, off, FT_EINVAL, "pop() index must be an integer, not %s", ftj_type_name(a->pos[0]));
+        i = a->pos[0].u.i;
+    }
+    if (l->n == 0)
+        return fail(R, off, FT_EINVAL, "pop from empty list");
+    if (i < 0)
+        i += (int64_t)l->n;
+    if (i < 0 || (uint64_t)i >= l->n)
+        return fail(R, off, FT_EINVAL, "pop index out of range");
+    *out = l->v[i];
+    memmove(&l->v[i], &l->v[i + 1], (l->n - (size_t)i - 1) * sizeof(l->v[0]));
+    l->n--;
+    R->ns_writes++;
+    return 0;
+}
+
 static int call_method(struct ftj_render *R, const struct ftj_expr *e, struct ftj_val obj, const struct args *a,
                        struct ftj_val *out) {
     size_t off = e->off;
@@ -2086,6 +2151,10 @@ static int call_method(struct ftj_render *R, const struct ftj_expr *e, struct ft
         }
         default: break;
         }
+    } else if (obj.type == FTJ_LIST && id == FTJ_M_APPEND) {
+        return list_append(R, off, obj.u.list, a, out);
+    } else if (obj.type == FTJ_LIST && id == FTJ_M_POP) {
+        return list_pop(R, off, obj.u.list, a, out);
     } else if (obj.type == FTJ_LOOP && id == FTJ_M_CYCLE) {
         if (a->npos == 0)
             return fail(R, off, FT_EINVAL, "loop.cycle() needs at least one argument");
@@ -2267,7 +2336,8 @@ static int call_func(struct ftj_render *R, size_t off, int fn, const struct args
             TRY(to_str(R, off, a->pos[0], &msg));
         if (!R->failed) {
             R->failed = true;
-            FT_LOG_E("chat template: %.*s", (int)FT_MIN(msg.n, 400), msg.p);
+            if (!R->quiet)
+                FT_LOG_E("chat template: %.*s", (int)FT_MIN(msg.n, 400), msg.p);
         }
         return FT_EINVAL;
     }
@@ -2281,7 +2351,7 @@ static int call_func(struct ftj_render *R, size_t off, int fn, const struct args
         char f[260], buf[1024];
         memcpy(f, fmt.p, fmt.n);
         f[fmt.n] = '\0';
-        time_t now = time(NULL);
+        time_t now = R->now ? (time_t)R->now : time(NULL);
         struct tm tm;
         localtime_r(&now, &tm);
         /* The format comes from the template, as in HF's strftime_now. */
@@ -2708,6 +2778,10 @@ void ftj_render_free(struct ftj_render *r) {
 
 struct ftj_arena *ftj_render_arena(struct ftj_render *r) { return &r->arena; }
 
+void ftj_render_set_time(struct ftj_render *r, int64_t now) { r->now = now; }
+
+void ftj_render_set_quiet(struct ftj_render *r, bool quiet) { r->quiet = quiet; }
+
 int ftj_render_set(struct ftj_render *r, const char *name, struct ftj_val v) {
     struct ftj_str n = {name, strlen(name)};
     r->failed = true; /* frame_set logs through fail() only on OOM; keep set-up quiet */
@@ -2723,7 +2797,7 @@ int ftj_render_run(struct ftj_render *R, char **out, size_t *out_len) {
     if (rc > 0)
         rc = 0; /* break/continue cannot escape a loop (the parser checks) */
     if (rc) {
-        if (!R->failed)
+        if (!R->failed && !R->quiet)
             FT_LOG_E("chat template: render failed: %s", ft_strerror(rc));
         return rc;
     }

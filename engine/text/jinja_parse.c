@@ -77,7 +77,8 @@ static const struct name_id method_names[] = {
     {"isalnum", FTJ_M_ISALNUM},       {"isspace", FTJ_M_ISSPACE},     {"islower", FTJ_M_ISLOWER},
     {"isupper", FTJ_M_ISUPPER},       {"items", FTJ_M_ITEMS},         {"keys", FTJ_M_KEYS},
     {"values", FTJ_M_VALUES},         {"get", FTJ_M_GET},             {"cycle", FTJ_M_CYCLE},
-    {"format", FTJ_M_FORMAT},
+    {"format", FTJ_M_FORMAT},         {"append", FTJ_M_APPEND},
+    {"pop", FTJ_M_POP},
 };
 
 static int lookup(const struct name_id *tab, size_t n, const char *p, size_t len) {

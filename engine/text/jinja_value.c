@@ -135,6 +135,7 @@ struct ftj_list *ftj_list_new(struct ftj_arena *a, size_t n, bool tuple) {
         return NULL;
     l->n = n;
     l->tuple = tuple;
+    l->cap = 0; /* v is exactly n slots; list.append() copies */
     l->v = ftj_alloc_array(a, n ? n : 1, sizeof(struct ftj_val));
     if (!l->v)
         return NULL;

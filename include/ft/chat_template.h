@@ -28,6 +28,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
 
 struct ft_chat_message {
     const char *role;    /* UTF-8, NUL-terminated: "system", "user", "assistant", ... */
@@ -77,5 +80,25 @@ void ft_chat_template_free(struct ft_chat_template *t); /* accepts NULL */
 int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_chat_message *msgs, size_t n,
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
+
+/* The template's text (line ends normalized to \n), e.g. to tell which
+ * tool-call format its model writes (include/ft/tool_calls.h). */
+const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len /* OUT */);
+
+/* Render with the variables llama.cpp and Hugging Face pass: every member of
+ * the JSON object `globals` becomes a variable of that name (`messages` with
+ * `tool_calls` and `role: "tool"` entries, `tools` as a list of
+ * {"type": "function", "function": {...}}, `add_generation_prompt`,
+ * `bos_token`, ...). `now` is the time strftime_now() formats, in seconds
+ * since the epoch (0: the current time). The JSON must outlive the call.
+ * Errors as ft_chat_template_render(); FT_ERANGE also for a context nested
+ * deeper than 64 levels or with a list longer than the render limit. */
+int ft_chat_template_render_json(const struct ft_chat_template *t, const struct cJSON *globals, int64_t now,
+                                 char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
+
+/* ft_chat_template_render_json (current time) that logs nothing when the
+ * template fails: for probes, where a rejection is the answer. */
+int ft_chat_template_try_render_json(const struct ft_chat_template *t, const struct cJSON *globals,
+                                     char **out /* OUT */);
 
 #endif

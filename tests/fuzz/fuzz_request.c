@@ -6,7 +6,8 @@
  * Input layout: one byte picking the endpoint (low bit), then the body.
  * Must never crash, leak, hang or trip a sanitizer; 400s are fine. An
  * accepted request must satisfy what the server relies on: bounded counts,
- * valid UTF-8 strings, ranges inside the sampler's limits.
+ * valid UTF-8 strings, ranges inside the sampler's limits, tools bounded
+ * and normalized, no forced tool_choice (refused until there is a grammar).
  * Seeds: tests/fuzz/corpus/request.
  */
 #include "http/errors.h"
@@ -17,6 +18,7 @@
 #include "ft/sampler.h"
 #include "ft/tokenizer.h"
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +64,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int32_t i = 0; i < r.n_messages; i++) {
         check_str(r.messages[i].role);
         check_str(r.messages[i].content);
+        if (r.messages[i].n_tool_calls > FT_API_MAX_TOOLS)
+            abort();
+        for (int32_t j = 0; j < r.messages[i].n_tool_calls; j++) {
+            check_str(r.messages[i].tool_calls[j].id);
+            check_str(r.messages[i].tool_calls[j].name);
+            check_str(r.messages[i].tool_calls[j].arguments);
+        }
+        if (!strcmp(r.messages[i].role, "tool"))
+            check_str(r.messages[i].tool_call_id);
     }
+    /* tools: bounded, named, and normalized to what templates expect */
+    if (r.n_tools > FT_API_MAX_TOOLS || (r.n_tools > 0) != (r.tools != NULL) ||
+        (r.tools && cJSON_GetArraySize(r.tools) != r.n_tools))
+        abort();
+    for (int32_t i = 0; i < r.n_tools; i++)
+        check_str(r.tool_names[i]);
+    if (r.tool_choice == FT_API_TOOL_CHOICE_REQUIRED || r.tool_choice == FT_API_TOOL_CHOICE_FUNCTION)
+        abort(); /* refused until constrained decoding exists */
     if (ep == FT_API_CHAT && r.n_messages < 1)
         abort();
     if (r.n < 1 || r.n > FT_API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > FT_API_MAX_TOP_LOGPROBS ||

@@ -556,7 +556,21 @@ static void test_errors(void) {
     QF("{{ '%s' % 1 }}", FT_EUNSUPPORTED, "printf-style");
     /* runtime type errors -> FT_EINVAL */
     QF("{{ 'a' + 1 }}", FT_EINVAL, "unsupported operand types for +: string and integer");
-    QF("{{ 'a' + nope }}", FT_EINVAL, "'nope' is undefined");
+    QF("{{ 1 + nope }}", FT_EINVAL, "'nope' is undefined");
+    QF("{{ none + none }}", FT_EINVAL, "unsupported operand types");
+    /* as llama.cpp: a string + none/undefined is the string */
+    Q("{{ 'a' + nope }}|{{ none + 'b' }}|{{ 'c' + none + 'd' }}", "a|b|cd");
+    /* list.append / list.pop mutate in place, as in Python and llama.cpp */
+    Q("{% set ns = namespace(l=[]) %}{% set _ = ns.l.append(1) %}{% for i in range(20) %}{% set _ = ns.l.append(i) %}"
+      "{% endfor %}{{ ns.l|length }} {{ ns.l.pop(0) }} {{ ns.l.pop() }} {{ ns.l.pop(-2) }} {{ ns.l|length }} "
+      "{{ ns.l[:3] }}",
+      "21 1 19 17 18 [0, 1, 2]");
+    Q("{% set l = [1, 2] %}{% set m = l %}{% set _ = l.append(3) %}{{ m }}{{ l.append(4) }}", "[1, 2, 3]None");
+    QF("{{ [].pop() }}", FT_EINVAL, "pop from empty list");
+    QF("{{ [1].pop(1) }}", FT_EINVAL, "pop index out of range");
+    QF("{{ [1].pop('a') }}", FT_EINVAL, "must be an integer");
+    QF("{{ (1, 2).append(3) }}", FT_EINVAL, "'tuple' object has no attribute 'append'");
+    QF("{{ [].append() }}", FT_EINVAL, "exactly one argument");
     QF("{{ 1 / 0 }}", FT_EINVAL, "division by zero");
     QF("{{ 1 < 'a' }}", FT_EINVAL, "not supported between");
     QF("{% for x in 5 %}{% endfor %}", FT_EINVAL, "not iterable");

@@ -12,7 +12,7 @@ the output norm), not normalized. The JSON lands in this directory as
 MODEL-POOLING.json with the llama.cpp commit; tests/e2e/test_embeddings.py
 compares `ft serve`'s /v1/embeddings with it.
 
-usage: tests/data/embeddings/make_llamacpp_embeddings.py [--cache DIR]
+usage: tests/data/embeddings/make_llamacpp_embeddings.py [--models DIR] [--cache DIR]
 """
 import argparse
 import json
@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import compare_llamacpp as nlc  # noqa: E402
 
 OUT = pathlib.Path(__file__).resolve().parent
-MODELS = ROOT.parent / "shared" / "models"
+# The reference models as the tests see them: tests/data materialized by a
+# build (tests/data/materialize.cmake), or any folder given with --models.
+MODELS = ROOT / "build" / "test-data" / "models"
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -70,6 +72,7 @@ def compile_embed(libdir, include_dirs, cache):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", default=str(pathlib.Path.home() / ".cache" / "freetoken-bench"))
+    ap.add_argument("--models", default=str(MODELS), help="folder of the reference models (default: %(default)s)")
     a = ap.parse_args()
     cache = pathlib.Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
@@ -78,7 +81,7 @@ def main():
     exe = compile_embed(bins, [src / "include", src / "ggml" / "include"], cache)
     texts = cache / "embed_texts.txt"
     texts.write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
-    runs = [(MODELS / m, p) for m, p in RUNS] + [(default_gemma(), ["mean"])]
+    runs = [(pathlib.Path(a.models) / m, p) for m, p in RUNS] + [(default_gemma(), ["mean"])]
     for model, poolings in runs:
         for pooling in poolings:
             r = subprocess.run([str(exe), "-m", str(model), "-f", str(texts), "--pooling", pooling, "-t", "2",
