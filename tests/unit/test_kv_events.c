@@ -388,8 +388,16 @@ static void test_free_flushes(void *zctx, const char *dir) {
     CHECK(synced);
     while (zmq_recv(sub, buf, sizeof(buf), ZMQ_DONTWAIT) >= 0) /* the rest of the sync */
         ;
+    /* The publisher thread counts a batch after sending it: wait (bounded)
+     * until the synced one is counted, so the count is not read early. */
     struct ft_kv_events_stats st;
-    ft_kv_events_get_stats(ev, &st);
+    for (int i = 0; i < 1000; i++) {
+        ft_kv_events_get_stats(ev, &st);
+        if (st.batches >= seq + 1)
+            break;
+        usleep(5000);
+    }
+    CHECK_EQ_INT(st.batches, seq + 1);
     int32_t t[16];
     tokens_of(t, 1);
     ft_kv_events_block_stored(ev, 42, false, 0, t); /* no flush */
