@@ -90,7 +90,7 @@ int ft_cmd_serve(int argc, char **argv) {
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
         max_conns = 4096;
-    bool metrics = false, no_prefix_cache = false, use_mmap = false, log_prompts = false;
+    bool metrics = false, no_prefix_cache = false, use_mmap = false, log_prompts = false, special_in_messages = false;
     struct ft_str_list keys = {0}, cors = {0};
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -124,6 +124,9 @@ int ft_cmd_serve(int argc, char **argv) {
          "accepted keys, one per line ('#' starts a comment); adds to --api-key"},
         {NULL, "--cors-origin", FT_OPT_STR_LIST, &cors, "ORIGIN",
          "let browser pages from ORIGIN (https://host[:port], or * for any) call the API; repeatable (default: none)"},
+        {NULL, "--special-tokens-in-messages", FT_OPT_FLAG, &special_in_messages, NULL,
+         "let message text become control tokens, as llama-server and vLLM do (default: only the chat "
+         "template writes them, so a message cannot forge a turn)"},
         {NULL, "--log-prompts", FT_OPT_FLAG, &log_prompts, NULL,
          "put each request's messages or prompt in its access-log line (default: never)"},
         {NULL, "--kv-events", FT_OPT_STR, &kv_events, "ENDPOINT",
@@ -307,6 +310,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .log_prompts = log_prompts,
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,
+        .special_tokens_in_messages = special_in_messages,
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
         .timeout_s = timeout,

@@ -1,5 +1,6 @@
 /* Model, chat template and scheduler for the server (http/backend.h). */
 #include "backend.h"
+#include "chat_prompt.h"
 
 #include "ft/common.h"
 #include "ft/tokenizer.h"
@@ -207,6 +208,7 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
     }
     b->tok = ft_model_tokenizer(b->model);
     b->n_vocab = ft_model_hparams(b->model)->n_vocab;
+    b->special_in_messages = cfg->special_tokens_in_messages;
     b->bos_text = dup_piece(b->tok, ft_tokenizer_bos(b->tok));
     b->eos_text = dup_piece(b->tok, ft_tokenizer_eos(b->tok));
     if (!b->bos_text || !b->eos_text) {
@@ -273,16 +275,12 @@ static int tokenize_or_fail(const struct ft_backend *b, const char *text, size_t
     return 0;
 }
 
-int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text, size_t *len,
-                           struct ft_api_error *err) {
+static int render_ctx(const struct ft_backend *b, const cJSON *ctx, char **text, size_t *len,
+                      struct ft_api_error *err) {
     *text = NULL;
     *len = 0;
-    cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
-    if (!ctx)
-        return -1;
     ft_clear_error();
     int rc = ft_chat_template_render_json(b->tmpl, ctx, 0, text, len);
-    cJSON_Delete(ctx);
     if (rc == FT_ENOMEM) {
         ft_api_error_set(err, 500, NULL, "server_error", "out of memory while rendering the chat template");
         return -1;
@@ -297,13 +295,31 @@ int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_reque
     return 0;
 }
 
+int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text, size_t *len,
+                           struct ft_api_error *err) {
+    cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
+    if (!ctx)
+        return -1;
+    const int rc = render_ctx(b, ctx, text, len, err);
+    cJSON_Delete(ctx);
+    return rc;
+}
+
+/* Control tokens come from the template only, unless the server was
+ * started with --special-tokens-in-messages (the behaviour of llama-server
+ * and vLLM: message text may hold them). */
 static int render_chat(const struct ft_backend *b, const struct ft_api_request *r, int32_t **ids, size_t *n,
                        struct ft_api_error *err) {
+    cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
+    if (!ctx)
+        return -1;
     char *text = NULL;
     size_t len = 0;
-    if (ft_backend_render_chat(b, r, &text, &len, err))
-        return -1;
-    int rc = tokenize_or_fail(b, text, len, false, ids, n, err);
+    int rc = render_ctx(b, ctx, &text, &len, err);
+    if (!rc)
+        rc = b->special_in_messages ? tokenize_or_fail(b, text, len, false, ids, n, err)
+                                    : ft_chat_prompt_tokens(b->tmpl, b->tok, ctx, text, len, ids, n, err);
+    cJSON_Delete(ctx);
     free(text);
     if (rc)
         return -1;

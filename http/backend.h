@@ -26,6 +26,7 @@ struct ft_backend {
     int32_t n_ctx;
     int32_t n_parallel; /* sequences at once, after the memory cap */
     int32_t n_vocab;
+    bool special_in_messages; /* --special-tokens-in-messages: message text may hold control tokens */
 };
 
 /* Load the model, pick and trial-render the chat template (--chat-template

@@ -32,6 +32,7 @@ struct ft_server_config {
     bool log_prompts;               /* the access log carries each request's messages / prompt */
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
+    bool special_tokens_in_messages; /* message text may become control tokens (llama-server's behaviour) */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
     int timeout_s;                  /* idle connection / stalled write timeout; generation has none */
