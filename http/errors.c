@@ -53,3 +53,6 @@ char *ft_http_error_body(int status, const char *message, const char *param, con
     cJSON_Delete(root);
     return out;
 }
+
+const char ft_http_oom_body[] =
+    "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";

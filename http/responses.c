@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* OpenAI knows "stop" and "length" only: a cancelled or failed request
+ * never reaches a client as a finish reason, and NONE cannot end one. */
 const char *ft_resp_finish_reason(enum ft_finish_reason r) {
-    return r == FT_FINISH_LENGTH ? "length" : "stop";
+    return ft_finish_reason_name(r == FT_FINISH_LENGTH ? FT_FINISH_LENGTH : FT_FINISH_STOP);
 }
 
 static void add_rate(cJSON *o, const char *name, double v) {

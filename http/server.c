@@ -178,9 +178,7 @@ static void reply_error_h(struct srv *s, struct ft_conn *c, const struct ft_http
                           const struct ft_http_header_out *extra, int n_extra) {
     char *body = ft_http_error_body(status, message, param, code);
     reply(s, c, req, endpoint, status, "application/json", extra, n_extra,
-          body ? body
-               : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
-          message);
+          body ? body : ft_http_oom_body, message);
     free(body);
 }
 
@@ -618,9 +616,8 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     } else if (r->conn) {
         if (error) {
             char *body = ft_http_error_body(status, error, NULL, er->finish == FT_FINISH_CANCELLED ? "shutting_down" : NULL);
-            const char *fallback = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-            ft_conn_reply(r->conn, status, "application/json", NULL, 0, body ? body : fallback,
-                          strlen(body ? body : fallback));
+            const char *out = body ? body : ft_http_oom_body;
+            ft_conn_reply(r->conn, status, "application/json", NULL, 0, out, strlen(out));
             free(body);
         } else if (r->tools) {
             if (!(tool_finish = finish_tools(s, r, m, metrics))) {
@@ -649,9 +646,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     }
     if (er->finish != FT_FINISH_ERROR)
         ft_prom_observe(s->prom, r->endpoint, &er->timing, m);
-    const char *finish = tool_finish                                                      ? tool_finish
-                         : er->finish == FT_FINISH_STOP || er->finish == FT_FINISH_LENGTH ? ft_resp_finish_reason(er->finish)
-                                                                                       : ft_finish_reason_name(er->finish);
+    const char *finish = tool_finish ? tool_finish : ft_finish_reason_name(er->finish);
     if (s->otlp)
         submit_span(s, r, status, finish);
     char prompt[LOG_PROMPT_MAX + 32];
