@@ -359,6 +359,31 @@ static int parse_logprobs(const cJSON *root, enum ft_api_endpoint ep, struct ft_
     return get_bool(root, "return_tokens_as_token_ids", &r->tokens_as_ids, NULL, err);
 }
 
+/* Fields of OpenAI's, vLLM's and llama-server's APIs that would change the
+ * answer and that FreeToken does not implement: a 400 naming the field
+ * rather than an answer that silently differs. (Fields without effect on
+ * the answer, such as user, store, metadata and service_tier, are
+ * accepted.) A null value counts as absent. */
+static int refuse_unsupported(const cJSON *root, struct ft_api_error *err) {
+    static const char *const fields[] = {
+        "logit_bias", "suffix", "prediction", "audio", "web_search_options", "min_tokens", "typical_p",
+        "mirostat", "mirostat_tau", "mirostat_eta", "prompt_logprobs", "guided_regex", "guided_choice",
+        "guided_grammar",
+    };
+    for (size_t k = 0; k < FT_ARRAY_LEN(fields); k++) {
+        const cJSON *v = field(root, fields[k]);
+        if (v && !cJSON_IsNull(v))
+            return BAD(fields[k], "'%s' is not supported by this server", fields[k]);
+    }
+    const cJSON *m = field(root, "modalities");
+    for (const cJSON *x = m && cJSON_IsArray(m) ? m->child : NULL; x; x = x->next)
+        if (!cJSON_IsString(x) || strcmp(x->valuestring, "text") != 0)
+            return BAD("modalities", "only the \"text\" modality is supported");
+    if (m && !cJSON_IsNull(m) && !cJSON_IsArray(m))
+        return BAD("modalities", "'modalities' must be an array");
+    return 0;
+}
+
 static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vocab, struct ft_api_request *r,
                         struct ft_api_error *err) {
     const cJSON *v;
@@ -426,6 +451,8 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
     /* Features that would change the answer's shape are refused, not ignored. */
     if ((v = field(root, "echo")) && !cJSON_IsFalse(v))
         return BAD("echo", "'echo' is not supported");
+    if (refuse_unsupported(root, err))
+        return -1;
     if (get_int(root, "best_of", -2147483648.0, 2147483647.0, &i, &given, err))
         return -1;
     if (given && i != 1)

@@ -560,7 +560,20 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 9}, "presence_penalty", None),
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, "logprobs", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "stream_options": 3}, "stream_options", None),
+    # Fields that would change the answer and are not implemented: refused, not ignored.
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 10}}, "logit_bias", "not supported"),
+    ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content"}}, "prediction", None),
+    ({"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]}, "modalities", "text"),
+    ({"messages": [{"role": "user", "content": "x"}], "audio": {"voice": "x"}}, "audio", None),
+    ({"messages": [{"role": "user", "content": "x"}], "min_tokens": 4}, "min_tokens", None),
 ]
+
+
+def test_fields_without_effect_are_accepted(srv):
+    r = srv.client().chat.completions.create(
+        model=model_id(srv), messages=[{"role": "user", "content": "hi"}], max_tokens=2, user="u1", store=False,
+        metadata={"k": "v"}, service_tier="auto", modalities=["text"], logit_bias=None)
+    assert r.choices[0].message.content is not None
 
 
 @pytest.mark.parametrize("body,param,contains", BAD_CHAT)
@@ -572,7 +585,7 @@ def test_bad_chat_fields(srv, body, param, contains):
 def test_bad_completion_fields(srv):
     for body, param in (({"prompt": 5}, "prompt"), ({}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"),
                         ({"prompt": [1, 99999999]}, "prompt"), ({"prompt": []}, "prompt"),
-                        ({"prompt": "x", "echo": True}, "echo")):
+                        ({"prompt": "x", "echo": True}, "echo"), ({"prompt": "x", "suffix": "y"}, "suffix")):
         status, resp = srv.post("/v1/completions", body)
         check_error(status, resp, 400, param)
 
