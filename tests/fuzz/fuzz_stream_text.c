@@ -23,6 +23,8 @@
 
 #include "http/responses.h"
 
+#include "fuzz_vocab.h"
+
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,40 +34,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static const char *const g_vocab_files[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
-                                            "ggml-vocab-llama-bpe.gguf", "ggml-vocab-qwen2.gguf",
-                                            "ggml-vocab-gpt-2.gguf"};
-#define N_VOCABS (sizeof(g_vocab_files) / sizeof(g_vocab_files[0]))
 #define MAX_IDS 512
-
-static struct ft_tokenizer *g_tok[N_VOCABS];
-static size_t g_n_loaded;
-
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
-    const char *shared = getenv("FT_SHARED_DIR");
-    if (!shared || !*shared)
-        shared = FT_SHARED_DIR_DEFAULT;
-    for (size_t i = 0; i < N_VOCABS; i++) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/vocab/%s", shared, g_vocab_files[i]);
-        struct ft_gguf *g = NULL;
-        if (ft_gguf_open(path, &g) != 0) {
-            fprintf(stderr, "fuzz_stream_text: SKIPPED: %s not found (set FT_SHARED_DIR)\n", path);
-            return 0;
-        }
-        if (ft_tokenizer_load(g, &g_tok[i]) != 0) {
-            fprintf(stderr, "fuzz_stream_text: %s: %s\n", path, ft_last_error());
-            exit(1);
-        }
-        ft_gguf_close(g);
-        g_n_loaded++;
-    }
+    fuzz_load_vocabs("fuzz_stream_text");
     return 0;
 }
 

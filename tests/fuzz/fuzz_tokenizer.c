@@ -18,6 +18,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
+#include "fuzz_vocab.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -27,49 +28,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static const struct {
-    const char *file;
-    bool byte_level; /* byte-level BPE: decode(encode(text)) == text */
-} g_vocab_files[] = {
-    {"ggml-vocab-llama-spm.gguf", false},
-    {"ggml-vocab-phi-3.gguf", false},
-    {"ggml-vocab-llama-bpe.gguf", true},
-    {"ggml-vocab-qwen2.gguf", true},
-    {"ggml-vocab-gpt-2.gguf", true},
-};
-#define N_VOCABS (sizeof(g_vocab_files) / sizeof(g_vocab_files[0]))
-
-static struct ft_tokenizer *g_tok[N_VOCABS];
-static size_t g_n_loaded;
-
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
-    const char *shared = getenv("FT_SHARED_DIR");
-    if (!shared || !*shared)
-        shared = FT_SHARED_DIR_DEFAULT;
-    for (size_t i = 0; i < N_VOCABS; i++) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/vocab/%s", shared, g_vocab_files[i].file);
-        struct ft_gguf *g = NULL;
-        if (ft_gguf_open(path, &g) != 0) {
-            /* The default is tests/data (FT_SHARED_DIR_DEFAULT); another FT_SHARED_DIR
-             * without vocab/ leaves the target running but checking nothing. */
-            fprintf(stderr, "fuzz_tokenizer: SKIPPED: %s not found (FT_SHARED_DIR needs vocab/)\n",
-                    path);
-            return 0;
-        }
-        if (ft_tokenizer_load(g, &g_tok[i]) != 0) {
-            fprintf(stderr, "fuzz_tokenizer: %s: %s\n", path, ft_last_error());
-            exit(1);
-        }
-        ft_gguf_close(g);
-        g_n_loaded++;
-    }
+    fuzz_load_vocabs("fuzz_tokenizer");
     return 0;
 }
 
