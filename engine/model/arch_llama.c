@@ -13,11 +13,6 @@
 
 static int llama_bind(struct ft_model *m) {
     const struct ft_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, F = hp->n_ff;
-    const int64_t Q = (int64_t)hp->n_head * hp->head_dim_k;
-    const int64_t K = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    const int64_t V = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    const int64_t O = (int64_t)hp->n_head * hp->head_dim_v;
     int rc;
     if (hp->n_rot != hp->head_dim_k) {
         FT_LOG_E("%s: rope.dimension_count %d must equal the head size %d for llama",
@@ -29,23 +24,9 @@ static int llama_bind(struct ft_model *m) {
     /* Llama 3.1+: per-pair divisors of the rotation frequencies. */
     if ((rc = ft_bind(m, &m->rope_freqs, true, 0, hp->n_rot / 2, "rope_freqs.weight")))
         return rc;
-    for (int il = 0; il < hp->n_layer; il++) {
-        struct ft_layer *l = &m->layers[il];
-        if ((rc = ft_bind(m, &l->attn_norm, false, 0, E, "blk.%d.attn_norm.weight", il)) || /* (E) */
-            (rc = ft_bind(m, &l->wq, false, Q, E, "blk.%d.attn_q.weight", il)) ||           /* (Q, E) */
-            (rc = ft_bind(m, &l->wk, false, K, E, "blk.%d.attn_k.weight", il)) ||           /* (K, E) */
-            (rc = ft_bind(m, &l->wv, false, V, E, "blk.%d.attn_v.weight", il)) ||           /* (V, E) */
-            (rc = ft_bind(m, &l->bq, true, 0, Q, "blk.%d.attn_q.bias", il)) ||              /* (Q) */
-            (rc = ft_bind(m, &l->bk, true, 0, K, "blk.%d.attn_k.bias", il)) ||              /* (K) */
-            (rc = ft_bind(m, &l->bv, true, 0, V, "blk.%d.attn_v.bias", il)) ||              /* (V) */
-            (rc = ft_bind(m, &l->wo, false, E, O, "blk.%d.attn_output.weight", il)) ||      /* (E, O) */
-            (rc = ft_bind(m, &l->bo, true, 0, E, "blk.%d.attn_output.bias", il)) ||         /* (E) */
-            (rc = ft_bind(m, &l->ffn_norm, false, 0, E, "blk.%d.ffn_norm.weight", il)) ||   /* (E) */
-            (rc = ft_bind(m, &l->ffn_gate, false, F, E, "blk.%d.ffn_gate.weight", il)) ||   /* (F, E) */
-            (rc = ft_bind(m, &l->ffn_up, false, F, E, "blk.%d.ffn_up.weight", il)) ||       /* (F, E) */
-            (rc = ft_bind(m, &l->ffn_down, false, E, F, "blk.%d.ffn_down.weight", il)))     /* (E, F) */
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((rc = ft_bind_attention(m, il, FT_BIND_QKV_BIAS | FT_BIND_O_BIAS)) || (rc = ft_bind_ffn(m, il)))
             return rc;
-    }
     return FT_OK;
 }
 

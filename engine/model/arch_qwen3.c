@@ -12,30 +12,12 @@
 #include "model_internal.h"
 
 static int qwen3_bind(struct ft_model *m) {
-    const struct ft_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, F = hp->n_ff, D = hp->head_dim_k;
-    const int64_t Q = (int64_t)hp->n_head * hp->head_dim_k;
-    const int64_t K = (int64_t)hp->n_head_kv * hp->head_dim_k;
-    const int64_t V = (int64_t)hp->n_head_kv * hp->head_dim_v;
-    const int64_t O = (int64_t)hp->n_head * hp->head_dim_v;
     int rc;
     if ((rc = ft_bind_io(m)))
         return rc;
-    for (int il = 0; il < hp->n_layer; il++) {
-        struct ft_layer *l = &m->layers[il];
-        if ((rc = ft_bind(m, &l->attn_norm, false, 0, E, "blk.%d.attn_norm.weight", il)) || /* (E) */
-            (rc = ft_bind(m, &l->wq, false, Q, E, "blk.%d.attn_q.weight", il)) ||           /* (Q, E) */
-            (rc = ft_bind(m, &l->wk, false, K, E, "blk.%d.attn_k.weight", il)) ||           /* (K, E) */
-            (rc = ft_bind(m, &l->wv, false, V, E, "blk.%d.attn_v.weight", il)) ||           /* (V, E) */
-            (rc = ft_bind(m, &l->q_norm, false, 0, D, "blk.%d.attn_q_norm.weight", il)) ||  /* (D) */
-            (rc = ft_bind(m, &l->k_norm, false, 0, D, "blk.%d.attn_k_norm.weight", il)) ||  /* (D) */
-            (rc = ft_bind(m, &l->wo, false, E, O, "blk.%d.attn_output.weight", il)) ||      /* (E, O) */
-            (rc = ft_bind(m, &l->ffn_norm, false, 0, E, "blk.%d.ffn_norm.weight", il)) ||   /* (E) */
-            (rc = ft_bind(m, &l->ffn_gate, false, F, E, "blk.%d.ffn_gate.weight", il)) ||   /* (F, E) */
-            (rc = ft_bind(m, &l->ffn_up, false, F, E, "blk.%d.ffn_up.weight", il)) ||       /* (F, E) */
-            (rc = ft_bind(m, &l->ffn_down, false, E, F, "blk.%d.ffn_down.weight", il)))     /* (E, F) */
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if ((rc = ft_bind_attention(m, il, FT_BIND_QK_NORM)) || (rc = ft_bind_ffn(m, il)))
             return rc;
-    }
     return FT_OK;
 }
 

@@ -274,6 +274,47 @@ int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows
     return FT_OK;
 }
 
+int ft_bind_attention(struct ft_model *m, int il, unsigned opts) {
+    const struct ft_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, D = hp->head_dim_k;
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim_k;
+    const int64_t K = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    const int64_t V = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const int64_t O = (int64_t)hp->n_head * hp->head_dim_v;
+    struct ft_layer *l = &m->layers[il];
+    int rc;
+    if ((rc = ft_bind(m, &l->attn_norm, false, 0, E, "blk.%d.attn_norm.weight", il)) || /* (E) */
+        (rc = ft_bind(m, &l->wq, false, Q, E, "blk.%d.attn_q.weight", il)) ||           /* (Q, E) */
+        (rc = ft_bind(m, &l->wk, false, K, E, "blk.%d.attn_k.weight", il)) ||           /* (K, E) */
+        (rc = ft_bind(m, &l->wv, false, V, E, "blk.%d.attn_v.weight", il)) ||           /* (V, E) */
+        (rc = ft_bind(m, &l->wo, false, E, O, "blk.%d.attn_output.weight", il)))        /* (E, O) */
+        return rc;
+    if ((opts & FT_BIND_QKV_BIAS) &&
+        ((rc = ft_bind(m, &l->bq, true, 0, Q, "blk.%d.attn_q.bias", il)) || /* (Q) */
+         (rc = ft_bind(m, &l->bk, true, 0, K, "blk.%d.attn_k.bias", il)) || /* (K) */
+         (rc = ft_bind(m, &l->bv, true, 0, V, "blk.%d.attn_v.bias", il))))  /* (V) */
+        return rc;
+    if ((opts & FT_BIND_O_BIAS) && (rc = ft_bind(m, &l->bo, true, 0, E, "blk.%d.attn_output.bias", il))) /* (E) */
+        return rc;
+    if ((opts & FT_BIND_QK_NORM) &&
+        ((rc = ft_bind(m, &l->q_norm, false, 0, D, "blk.%d.attn_q_norm.weight", il)) || /* (D) */
+         (rc = ft_bind(m, &l->k_norm, false, 0, D, "blk.%d.attn_k_norm.weight", il))))  /* (D) */
+        return rc;
+    return FT_OK;
+}
+
+int ft_bind_ffn(struct ft_model *m, int il) {
+    const int64_t E = m->hp.n_embd, F = m->hp.n_ff;
+    struct ft_layer *l = &m->layers[il];
+    int rc;
+    if ((rc = ft_bind(m, &l->ffn_norm, false, 0, E, "blk.%d.ffn_norm.weight", il)) || /* (E) */
+        (rc = ft_bind(m, &l->ffn_gate, false, F, E, "blk.%d.ffn_gate.weight", il)) || /* (F, E) */
+        (rc = ft_bind(m, &l->ffn_up, false, F, E, "blk.%d.ffn_up.weight", il)) ||     /* (F, E) */
+        (rc = ft_bind(m, &l->ffn_down, false, E, F, "blk.%d.ffn_down.weight", il)))   /* (E, F) */
+        return rc;
+    return FT_OK;
+}
+
 int ft_bind_io(struct ft_model *m) {
     const struct ft_hparams *hp = &m->hp;
     int rc;
