@@ -17,6 +17,7 @@
 #include "ft/common.h"
 #include "ft/sampler.h"
 #include "ft/tokenizer.h"
+#include "fuzz_quiet.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -26,13 +27,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
+    ft_log_set_sink(fuzz_quiet_sink, NULL);
     return 0;
 }
 
@@ -101,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                    .prefill_tokens_per_second = -1, .decode_tokens_per_second = 10};
     const struct ft_resp_ctx ctx = {ep, "cmpl-fuzz", 0, r.model ? r.model : "m", r.include_usage};
     const char *text = ep == FT_API_CHAT ? r.messages[r.n_messages - 1].content : (r.prompt ? r.prompt : "");
-    const struct ft_resp_choice choice = {text, FT_FINISH_STOP, NULL};
+    const struct ft_resp_choice choice = {text, strlen(text), FT_FINISH_STOP, NULL};
     char *s = ft_resp_completion(&ctx, &choice, 1, &m, r.performance_metrics == 1 ? &m : NULL);
     free(s);
     s = ft_resp_chunk_text(&ctx, r.n - 1, text, strlen(text), NULL);
