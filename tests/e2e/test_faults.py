@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import SHARED, ft_bin, run_ft
+from test_quantize import _limit_file_size as file_size_limit
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEXT = ROOT / "data" / "jargon-4.4.7-prose.txt"
@@ -23,14 +24,6 @@ GEN = ["gen-model", "--n-embd", "512", "--n-layer", "8", "--n-head", "8", "--n-f
 
 def files(d):
     return sorted(p.name for p in pathlib.Path(d).iterdir())
-
-
-def file_size_limit(limit, ignore_sigxfsz):
-    def fn():
-        if ignore_sigxfsz:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return fn
 
 
 def small_model():

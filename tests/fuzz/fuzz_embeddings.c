@@ -16,6 +16,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
+#include "fuzz_quiet.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -31,13 +32,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 static struct ft_tokenizer *g_tok;
 
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
+    ft_log_set_sink(fuzz_quiet_sink, NULL);
     const char *shared = getenv("FT_SHARED_DIR");
     if (!shared || !*shared)
         shared = FT_SHARED_DIR_DEFAULT;

@@ -12,6 +12,7 @@
  */
 #include "ft/common.h"
 #include "ft/gguf.h"
+#include "fuzz_quiet.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,13 +21,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
+    ft_log_set_sink(fuzz_quiet_sink, NULL);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
+#include "fuzz_quiet.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,10 +28,6 @@ static const struct {
 
 static struct ft_tokenizer *g_tok[N_VOCABS];
 static size_t g_n_loaded;
-
-static void fuzz_quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
 
 /* Quiets the log and loads g_tok[]; g_n_loaded == N_VOCABS when all are there. */
 static inline void fuzz_load_vocabs(const char *target) {
