@@ -438,6 +438,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->er.params.ignore_eos = r->api.ignore_eos;
     r->er.params.stops = (const char *const *)r->api.stops;
     r->er.params.n_stops = r->api.n_stops;
+    r->er.params.grammar = r->api.grammar;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));

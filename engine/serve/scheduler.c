@@ -48,6 +48,7 @@ struct ft_scheduler {
     int32_t *b_token, *b_pos, *b_seq;
     bool *b_want;
     int32_t *prefill_order; /* n_slots */
+    struct ft_grammar_vocab *gvocab; /* token trie, built at the first request with a grammar */
 
     pthread_t thread;
     bool thread_started;
@@ -118,12 +119,25 @@ static void admit(struct ft_scheduler *s, struct ft_request *r) {
     s->n_running++;
     atomic_store(&s->running, s->n_running);
     ft_clear_error();
-    const int rc = ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &r->params);
+    int rc = FT_OK;
+    if (r->params.grammar && !s->gvocab) {
+        const uint64_t t0 = ft_clock_ticks();
+        if ((rc = ft_grammar_vocab_new(ft_model_tokenizer(s->m), &s->gvocab)) == FT_OK)
+            FT_LOG_I("token trie for grammars: %d tokens, %zu nodes, %.1f MiB, built in %.1f ms",
+                     (int)ft_grammar_vocab_n_tokens(s->gvocab), ft_grammar_vocab_n_nodes(s->gvocab),
+                     (double)ft_grammar_vocab_bytes(s->gvocab) / (1 << 20),
+                     ft_clock_ticks_to_ms(ft_clock_ticks() - t0));
+    }
+    struct ft_gen_params gp = r->params; /* the request's stay read-only */
+    if (gp.grammar)
+        gp.grammar_vocab = s->gvocab;
+    if (!rc)
+        rc = ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &gp);
     sl->g.timing.received = r->received;
     sl->g.timing.admitted = ft_clock_ticks();
     sl->g.timing.prompt_tokens = r->n_prompt;
     if (rc) {
-        set_error(r, rc, "bad sampling parameters");
+        set_error(r, rc, "bad sampling parameters or grammar");
         finish_slot(s, i, FT_FINISH_ERROR);
         return;
     }
@@ -371,6 +385,7 @@ void ft_scheduler_free(struct ft_scheduler *s) {
         pthread_join(s->thread, NULL);
     }
     free(s->slots);
+    ft_grammar_vocab_free(s->gvocab);
     free(s->logits);
     free(s->b_token);
     free(s->b_pos);

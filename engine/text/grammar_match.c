@@ -200,7 +200,10 @@ oom:
 #define NODE_EMPTY 0
 #define MAX_NODES (1 << 22)  /* distinct stacks one request may create */
 #define MAX_SET 1024         /* parses alive at once */
-#define MASK_CACHE 32
+#define MASK_CACHE 128      /* masks kept per matcher (32 KiB each for 262k tokens) */
+#define DTAB_MAX 4096       /* nodes with a direct step table (2 KiB each) */
+#define MAX_SETS (1 << 20)  /* distinct parse states one request may reach */
+#define SDT_MAX 16384       /* sets with a successor table (1 KiB each) */
 
 struct gnode {
     int32_t pos, parent, hnext;
@@ -213,13 +216,18 @@ struct memo {
     int32_t off, len;
 };
 
-struct mcache {
-    uint64_t hash;
-    int32_t *state;
-    int32_t n_state;
-    uint32_t *bits;
+struct sset {
+    int32_t off, len; /* sorted node ids in set_pool */
+    int32_t hnext;
+    uint32_t hash;
+    bool complete;    /* holds EMPTY */
+};
+
+struct mslot {
+    int32_t sid; /* the set this slot holds the mask of, -1 free */
     int32_t n_allowed;
     uint64_t used;
+    uint32_t *bits;
 };
 
 struct ft_grammar_matcher {
@@ -232,25 +240,37 @@ struct ft_grammar_matcher {
     uint32_t epoch, epoch2;
     struct memo *memo;
     uint32_t memo_cap, memo_n;
-    int32_t *pool; /* memoized step results */
+    /* per-node direct tables over the 256 bytes in front of the memo,
+     * (off << 32 | len), -1 unknown; at most DTAB_MAX nodes get one */
+    int64_t **dtab;
+    int32_t cap_dtab, n_dtab_alloc;
+    int32_t *pool; /* memoized node step results */
     size_t pool_n, pool_cap;
     int32_t *work; /* expansion work list: (pos, parent) pairs */
     size_t work_cap;
     int32_t *out;  /* expansion output */
     int32_t n_out, cap_out;
-    int32_t *state, *init_state;
-    int32_t n_state, n_init, cap_state;
-    /* trie walk */
-    int32_t *scratch; /* unions of multi-stack states, per depth */
-    size_t scratch_n, scratch_cap;
-    int32_t *lv_off, *lv_len;
-    bool *lv_pool; /* level's set lives in pool (true) or scratch (false) */
-    size_t *lv_scratch_end;
+    /* Parse states (sets of stacks) are interned too, and stepping a set by a
+     * byte is a table lookup: a lazily built DFA over the pushdown states
+     * the input has reached. Set 0 is the empty set (rejection). */
+    struct sset *sets;
+    int32_t n_sets, cap_sets;
+    int32_t *set_buckets;
+    uint32_t n_set_buckets;
+    int32_t *set_pool;
+    size_t set_pool_n, set_pool_cap;
+    int32_t **sdt;   /* (cap_sets) per set: 256 successor sets, -1 unknown; NULL: none yet */
+    int32_t n_sdt;
+    int32_t *uni;    /* scratch for a union */
+    int32_t cap_uni;
+    int32_t sid, init_sid;
+    int32_t *lv;     /* (max_depth + 1) the set at each trie depth */
     int32_t n_words;
     uint32_t *bits;
     int32_t n_allowed;
     bool bits_valid;
-    struct mcache cache[MASK_CACHE];
+    int32_t *slot_of; /* (cap_sets) mask slot of a set, -1 none */
+    struct mslot cache[MASK_CACHE];
     uint64_t use_clock;
     struct ft_grammar_stats stats;
     int err; /* sticky FT_E* from a failed expansion */
@@ -411,8 +431,40 @@ static int memo_grow(struct ft_grammar_matcher *m) {
     return FT_OK;
 }
 
+static int step_memo(struct ft_grammar_matcher *m, int32_t node, unsigned c, int32_t *off, int32_t *len);
+
 /* The stacks after `node` reads `c`: a slice of m->pool (off, len). */
-static int step(struct ft_grammar_matcher *m, int32_t node, unsigned c, int32_t *off, int32_t *len) {
+static inline int step(struct ft_grammar_matcher *m, int32_t node, unsigned c, int32_t *off, int32_t *len) {
+    if (node < m->cap_dtab && m->dtab[node]) {
+        int64_t e = m->dtab[node][c];
+        if (e >= 0) {
+            *off = (int32_t)(e >> 32);
+            *len = (int32_t)(e & 0xffffffff);
+            return 0;
+        }
+    }
+    if (step_memo(m, node, c, off, len))
+        return -1;
+    if (node >= m->cap_dtab) {
+        int32_t cap = FT_MAX(node + 1, m->cap_dtab * 2);
+        int64_t **p = realloc(m->dtab, sizeof(*p) * (size_t)cap);
+        if (!p)
+            return 0; /* the memo still answers */
+        memset(p + m->cap_dtab, 0, sizeof(*p) * (size_t)(cap - m->cap_dtab));
+        m->dtab = p;
+        m->cap_dtab = cap;
+    }
+    if (!m->dtab[node]) {
+        if (m->n_dtab_alloc >= DTAB_MAX || !(m->dtab[node] = malloc(sizeof(int64_t) * 256)))
+            return 0;
+        memset(m->dtab[node], 0xff, sizeof(int64_t) * 256);
+        m->n_dtab_alloc++;
+    }
+    m->dtab[node][c] = ((int64_t)*off << 32) | (uint32_t)*len;
+    return 0;
+}
+
+static int step_memo(struct ft_grammar_matcher *m, int32_t node, unsigned c, int32_t *off, int32_t *len) {
     int64_t key = (int64_t)node * 256 + c;
     uint32_t k = (uint32_t)memo_hash(key) & (m->memo_cap - 1);
     while (m->memo[k].key >= 0) {
@@ -465,50 +517,135 @@ static int step(struct ft_grammar_matcher *m, int32_t node, unsigned c, int32_t 
     return 0;
 }
 
-/* A set of stacks after reading c, into scratch at its end (dedup by mark2):
- * the slice is scratch[*off .. *off + *len). */
-static int step_set(struct ft_grammar_matcher *m, const int32_t *set_base_is_pool_dummy, bool in_pool, int32_t off,
-                    int32_t len, unsigned c, int32_t *out_off, int32_t *out_len) {
-    (void)set_base_is_pool_dummy;
-    /* first make sure every member's step is memoized (step() may move pool,
-     * scratch is never touched by step) */
-    for (int32_t i = 0; i < len; i++) {
-        int32_t s = in_pool ? m->pool[off + i] : m->scratch[off + i];
-        int32_t o, l;
-        if (step(m, s, c, &o, &l))
-            return -1;
+static uint32_t set_hash_ids(const int32_t *x, int32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)x[i]) * 1099511628211ull;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static void sort_ids(int32_t *x, int32_t n) {
+    for (int32_t i = 1; i < n; i++)
+        for (int32_t j = i; j > 0 && x[j] < x[j - 1]; j--) {
+            int32_t t = x[j];
+            x[j] = x[j - 1];
+            x[j - 1] = t;
+        }
+}
+
+/* The id of the set x[0..n) (sorted in place), or -1 with m->err. */
+static int32_t intern_set(struct ft_grammar_matcher *m, int32_t *x, int32_t n) {
+    if (n > 1)
+        sort_ids(x, n);
+    uint32_t h = set_hash_ids(x, n);
+    for (int32_t i = m->set_buckets[h & (m->n_set_buckets - 1)]; i >= 0; i = m->sets[i].hnext)
+        if (m->sets[i].hash == h && m->sets[i].len == n &&
+            !memcmp(m->set_pool + m->sets[i].off, x, sizeof(int32_t) * (size_t)n))
+            return i;
+    if (m->n_sets >= MAX_SETS) {
+        m->err = FT_ERANGE;
+        return -1;
     }
+    if (m->n_sets == m->cap_sets) {
+        int32_t cap = m->cap_sets * 2;
+        struct sset *ns = realloc(m->sets, sizeof(*ns) * (size_t)cap);
+        if (ns)
+            m->sets = ns;
+        int32_t **nd = realloc(m->sdt, sizeof(*nd) * (size_t)cap);
+        if (nd) {
+            memset(nd + m->cap_sets, 0, sizeof(*nd) * (size_t)(cap - m->cap_sets));
+            m->sdt = nd;
+        }
+        int32_t *so = realloc(m->slot_of, sizeof(int32_t) * (size_t)cap);
+        if (so) {
+            memset(so + m->cap_sets, 0xff, sizeof(int32_t) * (size_t)(cap - m->cap_sets));
+            m->slot_of = so;
+        }
+        if (!ns || !nd || !so) {
+            m->err = FT_ENOMEM;
+            return -1;
+        }
+        m->cap_sets = cap;
+    }
+    if ((uint32_t)m->n_sets >= m->n_set_buckets) {
+        uint32_t nb = m->n_set_buckets * 2;
+        int32_t *b = malloc(sizeof(int32_t) * nb);
+        if (!b) {
+            m->err = FT_ENOMEM;
+            return -1;
+        }
+        memset(b, 0xff, sizeof(int32_t) * nb);
+        for (int32_t i = 0; i < m->n_sets; i++) {
+            m->sets[i].hnext = b[m->sets[i].hash & (nb - 1)];
+            b[m->sets[i].hash & (nb - 1)] = i;
+        }
+        free(m->set_buckets);
+        m->set_buckets = b;
+        m->n_set_buckets = nb;
+    }
+    if (m->set_pool_n + (size_t)n > m->set_pool_cap) {
+        size_t cap = m->set_pool_cap * 2 + (size_t)n;
+        int32_t *p = realloc(m->set_pool, sizeof(int32_t) * cap);
+        if (!p) {
+            m->err = FT_ENOMEM;
+            return -1;
+        }
+        m->set_pool = p;
+        m->set_pool_cap = cap;
+    }
+    int32_t id = m->n_sets++;
+    bool complete = false;
+    for (int32_t i = 0; i < n; i++)
+        complete |= x[i] == NODE_EMPTY;
+    memcpy(m->set_pool + m->set_pool_n, x, sizeof(int32_t) * (size_t)n);
+    m->sets[id] = (struct sset){(int32_t)m->set_pool_n, n, m->set_buckets[h & (m->n_set_buckets - 1)], h, complete};
+    m->set_buckets[h & (m->n_set_buckets - 1)] = id;
+    m->set_pool_n += (size_t)n;
+    return id;
+}
+
+/* The set after set `sid` reads c (0: rejected), or -1 with m->err. */
+static int32_t step_sid(struct ft_grammar_matcher *m, int32_t sid, unsigned c) {
+    if (m->sdt[sid] && m->sdt[sid][c] >= 0)
+        return m->sdt[sid][c];
     m->epoch2++;
-    size_t start = m->scratch_n;
-    for (int32_t i = 0; i < len; i++) {
-        int32_t s = in_pool ? m->pool[off + i] : m->scratch[off + i];
+    int32_t n = 0;
+    for (int32_t i = 0; i < m->sets[sid].len; i++) {
         int32_t o, l;
-        step(m, s, c, &o, &l); /* memoized: cannot fail now */
-        if (m->scratch_n + (size_t)l > m->scratch_cap) {
-            size_t cap = m->scratch_cap * 2 + (size_t)l;
-            int32_t *p = realloc(m->scratch, sizeof(int32_t) * cap);
+        if (step(m, m->set_pool[m->sets[sid].off + i], c, &o, &l))
+            return -1;
+        if (n + l > m->cap_uni) {
+            int32_t cap = (n + l) * 2 + 16;
+            int32_t *p = realloc(m->uni, sizeof(int32_t) * (size_t)cap);
             if (!p) {
                 m->err = FT_ENOMEM;
                 return -1;
             }
-            m->scratch = p;
-            m->scratch_cap = cap;
+            m->uni = p;
+            m->cap_uni = cap;
         }
         for (int32_t j = 0; j < l; j++) {
             int32_t t = m->pool[o + j];
             if (m->nodes[t].mark2 == m->epoch2)
                 continue;
             m->nodes[t].mark2 = m->epoch2;
-            m->scratch[m->scratch_n++] = t;
+            m->uni[n++] = t;
         }
-        if (m->scratch_n - start > MAX_SET) {
+        if (n > MAX_SET) {
             m->err = FT_ERANGE;
             return -1;
         }
     }
-    *out_off = (int32_t)start;
-    *out_len = (int32_t)(m->scratch_n - start);
-    return 0;
+    int32_t r = intern_set(m, m->uni, n);
+    if (r < 0)
+        return -1;
+    if (!m->sdt[sid] && m->n_sdt < SDT_MAX && (m->sdt[sid] = malloc(sizeof(int32_t) * 256))) {
+        memset(m->sdt[sid], 0xff, sizeof(int32_t) * 256);
+        m->n_sdt++;
+    }
+    if (m->sdt[sid])
+        m->sdt[sid][c] = r;
+    return r;
 }
 
 void ft_grammar_matcher_free(struct ft_grammar_matcher *m) {
@@ -517,36 +654,31 @@ void ft_grammar_matcher_free(struct ft_grammar_matcher *m) {
     free(m->nodes);
     free(m->buckets);
     free(m->memo);
+    for (int32_t i = 0; i < m->cap_dtab; i++)
+        free(m->dtab[i]);
+    free(m->dtab);
     free(m->pool);
     free(m->work);
     free(m->out);
-    free(m->state);
-    free(m->init_state);
-    free(m->scratch);
-    free(m->lv_off);
-    free(m->lv_len);
-    free(m->lv_pool);
-    free(m->lv_scratch_end);
+    free(m->sets);
+    free(m->set_buckets);
+    free(m->set_pool);
+    for (int32_t i = 0; m->sdt && i < m->cap_sets; i++)
+        free(m->sdt[i]);
+    free(m->sdt);
+    free(m->slot_of);
+    free(m->uni);
+    free(m->lv);
     free(m->bits);
-    for (int i = 0; i < MASK_CACHE; i++) {
-        free(m->cache[i].state);
+    for (int i = 0; i < MASK_CACHE; i++)
         free(m->cache[i].bits);
-    }
     free(m);
 }
 
-static int set_state(struct ft_grammar_matcher *m, const int32_t *s, int32_t n) {
-    if (n > m->cap_state) {
-        int32_t *p = realloc(m->state, sizeof(int32_t) * (size_t)n);
-        if (!p)
-            return FT_ENOMEM;
-        m->state = p;
-        m->cap_state = n;
-    }
-    memmove(m->state, s, sizeof(int32_t) * (size_t)n);
-    m->n_state = n;
-    m->bits_valid = false;
-    return FT_OK;
+static void set_sid(struct ft_grammar_matcher *m, int32_t sid) {
+    if (m->sid != sid)
+        m->bits_valid = false;
+    m->sid = sid;
 }
 
 int ft_grammar_matcher_new(const struct ft_grammar *g, const struct ft_grammar_vocab *v,
@@ -561,40 +693,46 @@ int ft_grammar_matcher_new(const struct ft_grammar *g, const struct ft_grammar_v
     m->n_buckets = 1024;
     m->work_cap = 256;
     m->pool_cap = 4096;
-    m->scratch_cap = 4096;
+    m->cap_sets = 256;
+    m->n_set_buckets = 256;
+    m->set_pool_cap = 4096;
     m->n_words = (v->n_vocab + 31) / 32;
     m->nodes = malloc(sizeof(*m->nodes) * (size_t)m->cap_nodes);
     m->buckets = malloc(sizeof(int32_t) * m->n_buckets);
     m->work = malloc(sizeof(int32_t) * m->work_cap);
     m->pool = malloc(sizeof(int32_t) * m->pool_cap);
-    m->scratch = malloc(sizeof(int32_t) * m->scratch_cap);
-    m->lv_off = malloc(sizeof(int32_t) * ((size_t)v->max_depth + 1));
-    m->lv_len = malloc(sizeof(int32_t) * ((size_t)v->max_depth + 1));
-    m->lv_pool = malloc(sizeof(bool) * ((size_t)v->max_depth + 1));
-    m->lv_scratch_end = malloc(sizeof(size_t) * ((size_t)v->max_depth + 1));
+    m->sets = malloc(sizeof(*m->sets) * (size_t)m->cap_sets);
+    m->set_buckets = malloc(sizeof(int32_t) * m->n_set_buckets);
+    m->set_pool = malloc(sizeof(int32_t) * m->set_pool_cap);
+    m->sdt = calloc((size_t)m->cap_sets, sizeof(*m->sdt));
+    m->slot_of = malloc(sizeof(int32_t) * (size_t)m->cap_sets);
+    m->lv = malloc(sizeof(int32_t) * ((size_t)v->max_depth + 1));
     m->bits = malloc(sizeof(uint32_t) * (size_t)m->n_words);
-    if (!m->nodes || !m->buckets || !m->work || !m->pool || !m->scratch || !m->lv_off || !m->lv_len ||
-        !m->lv_pool || !m->lv_scratch_end || !m->bits || memo_grow(m))
+    if (!m->nodes || !m->buckets || !m->work || !m->pool || !m->sets || !m->set_buckets || !m->set_pool ||
+        !m->sdt || !m->slot_of || !m->lv || !m->bits || memo_grow(m))
         goto oom;
     memset(m->buckets, 0xff, sizeof(int32_t) * m->n_buckets);
+    memset(m->set_buckets, 0xff, sizeof(int32_t) * m->n_set_buckets);
+    memset(m->slot_of, 0xff, sizeof(int32_t) * (size_t)m->cap_sets);
+    for (int i = 0; i < MASK_CACHE; i++)
+        m->cache[i].sid = -1;
     m->nodes[0] = (struct gnode){-1, -1, -1, 0, 0}; /* EMPTY: never in a bucket */
     m->n_nodes = 1;
     m->epoch = 1;
+    if (intern_set(m, NULL, 0) != 0) /* set 0: rejection */
+        goto fail;
     m->n_out = 0;
     for (int32_t a = g->rule_alt[g->root]; a < g->rule_alt[g->root + 1]; a++)
         if (expand(m, g->alt_start[a], NODE_EMPTY))
             goto fail;
-    if (!(m->init_state = malloc(sizeof(int32_t) * (size_t)FT_MAX(m->n_out, 1))))
-        goto oom;
-    memcpy(m->init_state, m->out, sizeof(int32_t) * (size_t)m->n_out);
-    m->n_init = m->n_out;
-    if (set_state(m, m->init_state, m->n_init))
-        goto oom;
+    if ((m->init_sid = intern_set(m, m->out, m->n_out)) < 0)
+        goto fail;
+    m->sid = m->init_sid;
     *out = m;
     return FT_OK;
 fail:
     if (m->err != FT_ENOMEM) {
-        int rc = m->err;
+        int rc = m->err ? m->err : FT_ERANGE;
         ft_grammar_matcher_free(m);
         FT_LOG_E("the grammar is too ambiguous: more than %d parses at its start", MAX_SET);
         return rc;
@@ -605,17 +743,15 @@ oom:
     return FT_ENOMEM;
 }
 
-void ft_grammar_matcher_reset(struct ft_grammar_matcher *m) { set_state(m, m->init_state, m->n_init); }
+const struct ft_grammar_vocab *ft_grammar_matcher_vocab(const struct ft_grammar_matcher *m) { return m->v; }
 
-bool ft_grammar_matcher_complete(const struct ft_grammar_matcher *m) {
-    for (int32_t i = 0; i < m->n_state; i++)
-        if (m->state[i] == NODE_EMPTY)
-            return true;
-    return false;
-}
+void ft_grammar_matcher_reset(struct ft_grammar_matcher *m) { set_sid(m, m->init_sid); }
+
+bool ft_grammar_matcher_complete(const struct ft_grammar_matcher *m) { return m->sets[m->sid].complete; }
 
 bool ft_grammar_matcher_done(const struct ft_grammar_matcher *m) {
-    return m->n_state == 0 || (m->n_state == 1 && m->state[0] == NODE_EMPTY);
+    const struct sset *s = &m->sets[m->sid];
+    return s->len == 0 || (s->len == 1 && m->set_pool[s->off] == NODE_EMPTY);
 }
 
 static int fail_log(struct ft_grammar_matcher *m) {
@@ -623,45 +759,24 @@ static int fail_log(struct ft_grammar_matcher *m) {
     if (rc == FT_ENOMEM)
         FT_LOG_E("out of memory in the grammar matcher");
     else
-        FT_LOG_E("the grammar is too ambiguous: more than %d parses or %d stacks at once", MAX_SET, MAX_NODES);
+        FT_LOG_E("the grammar is too ambiguous: more than %d parses, %d stacks or %d states", MAX_SET, MAX_NODES,
+                 MAX_SETS);
     return rc;
 }
 
 int ft_grammar_matcher_accept_bytes(struct ft_grammar_matcher *m, const char *s, size_t n) {
     if (m->err)
         return fail_log(m);
-    /* step into scratch from the state, byte by byte */
-    m->scratch_n = 0;
-    int32_t off = 0, len = m->n_state;
-    bool first = true;
+    int32_t sid = m->sid;
     for (size_t i = 0; i < n; i++) {
-        if (first) {
-            /* copy the state into scratch so step_set reads one buffer */
-            if ((size_t)m->n_state > m->scratch_cap) {
-                int32_t *p = realloc(m->scratch, sizeof(int32_t) * (size_t)m->n_state);
-                if (!p)
-                    return FT_ENOMEM;
-                m->scratch = p;
-                m->scratch_cap = (size_t)m->n_state;
-            }
-            memcpy(m->scratch, m->state, sizeof(int32_t) * (size_t)m->n_state);
-            m->scratch_n = (size_t)m->n_state;
-            first = false;
-        }
-        int32_t o, l;
-        if (step_set(m, NULL, false, off, len, (unsigned char)s[i], &o, &l))
+        sid = step_sid(m, sid, (unsigned char)s[i]);
+        if (sid < 0)
             return fail_log(m);
-        if (l == 0)
+        if (sid == 0)
             return FT_EINVAL;
-        /* compact: keep only the newest set */
-        memmove(m->scratch, m->scratch + o, sizeof(int32_t) * (size_t)l);
-        m->scratch_n = (size_t)l;
-        off = 0;
-        len = l;
     }
-    if (first)
-        return FT_OK;
-    return set_state(m, m->scratch, len);
+    set_sid(m, sid);
+    return FT_OK;
 }
 
 int ft_grammar_matcher_accept_token(struct ft_grammar_matcher *m, int32_t id) {
@@ -671,8 +786,12 @@ int ft_grammar_matcher_accept_token(struct ft_grammar_matcher *m, int32_t id) {
     if ((v->eog_bits[id >> 5] >> (id & 31)) & 1u) {
         if (!ft_grammar_matcher_complete(m))
             return FT_EINVAL;
-        const int32_t empty = NODE_EMPTY;
-        return set_state(m, &empty, 1);
+        int32_t empty = NODE_EMPTY;
+        int32_t sid = intern_set(m, &empty, 1);
+        if (sid < 0)
+            return fail_log(m);
+        set_sid(m, sid);
+        return FT_OK;
     }
     uint32_t a = v->tok_off[id], b = v->tok_off[id + 1];
     if (a == b)
@@ -680,64 +799,30 @@ int ft_grammar_matcher_accept_token(struct ft_grammar_matcher *m, int32_t id) {
     return ft_grammar_matcher_accept_bytes(m, (const char *)v->blob + a, b - a);
 }
 
-static uint64_t state_hash(const int32_t *s, int32_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t i = 0; i < n; i++)
-        h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The mask of the current state by walking the trie. */
+/* The mask of the current state: the trie in preorder, one set per depth,
+ * each step a table lookup once the DFA has seen it. */
 static int walk(struct ft_grammar_matcher *m) {
     const struct ft_grammar_vocab *v = m->v;
     memset(m->bits, 0, sizeof(uint32_t) * (size_t)m->n_words);
     int32_t allowed = 0;
-    /* level 0: the state, copied to scratch[0 ..) */
-    if ((size_t)m->n_state > m->scratch_cap) {
-        int32_t *p = realloc(m->scratch, sizeof(int32_t) * (size_t)m->n_state);
-        if (!p)
-            return FT_ENOMEM;
-        m->scratch = p;
-        m->scratch_cap = (size_t)m->n_state;
-    }
-    memcpy(m->scratch, m->state, sizeof(int32_t) * (size_t)m->n_state);
-    m->lv_off[0] = 0;
-    m->lv_len[0] = m->n_state;
-    m->lv_pool[0] = false;
-    m->lv_scratch_end[0] = (size_t)m->n_state;
+    int32_t *lv = m->lv;
+    lv[0] = m->sid;
     uint64_t walked = 0;
+    const uint8_t *depth = v->depth, *byte = v->byte;
+    const int32_t *tok_start = v->tok_start, *subtree_end = v->subtree_end;
     for (int32_t i = 0; i < v->n_nodes;) {
-        const int d = v->depth[i];
-        const unsigned c = v->byte[i];
+        const int d = depth[i];
+        const int32_t s = lv[d - 1];
         walked++;
-        int32_t o, l;
-        bool in_pool;
-        if (m->lv_len[d - 1] == 1) {
-            int32_t s = m->lv_pool[d - 1] ? m->pool[m->lv_off[d - 1]] : m->scratch[m->lv_off[d - 1]];
-            if (step(m, s, c, &o, &l))
-                return fail_log(m);
-            in_pool = true;
-            m->scratch_n = m->lv_scratch_end[d - 1];
-        } else {
-            m->scratch_n = m->lv_scratch_end[d - 1];
-            if (step_set(m, NULL, m->lv_pool[d - 1], m->lv_off[d - 1], m->lv_len[d - 1], c, &o, &l))
-                return fail_log(m);
-            in_pool = false;
-        }
-        if (l == 0) {
-            i = v->subtree_end[i];
+        int32_t r = m->sdt[s] ? m->sdt[s][byte[i]] : -1;
+        if (r < 0 && (r = step_sid(m, s, byte[i])) < 0)
+            return fail_log(m);
+        if (r == 0) {
+            i = subtree_end[i];
             continue;
         }
-        m->lv_off[d] = o;
-        m->lv_len[d] = l;
-        m->lv_pool[d] = in_pool;
-        m->lv_scratch_end[d] = m->scratch_n;
-        for (int32_t t = v->tok_start[i]; t < v->tok_start[i + 1]; t++) {
+        lv[d] = r;
+        for (int32_t t = tok_start[i]; t < tok_start[i + 1]; t++) {
             int32_t id = v->toks[t];
             m->bits[id >> 5] |= 1u << (id & 31);
             allowed++;
@@ -761,43 +846,31 @@ int ft_grammar_matcher_mask(struct ft_grammar_matcher *m, const uint32_t **bits,
     const uint64_t t0 = ft_clock_ticks();
     m->stats.masks++;
     if (!m->bits_valid) {
-        /* the cache key is the sorted state */
-        int32_t key[MAX_SET];
-        int32_t n = FT_MIN(m->n_state, MAX_SET);
-        memcpy(key, m->state, sizeof(int32_t) * (size_t)n);
-        qsort(key, (size_t)n, sizeof(int32_t), cmp_i32);
-        uint64_t h = state_hash(key, n);
-        struct mcache *hit = NULL, *lru = &m->cache[0];
-        for (int i = 0; i < MASK_CACHE; i++) {
-            struct mcache *c = &m->cache[i];
-            if (c->bits && c->hash == h && c->n_state == n && !memcmp(c->state, key, sizeof(int32_t) * (size_t)n)) {
-                hit = c;
-                break;
-            }
-            if (!c->bits || c->used < lru->used)
-                lru = c;
-        }
-        if (hit) {
-            memcpy(m->bits, hit->bits, sizeof(uint32_t) * (size_t)m->n_words);
-            m->n_allowed = hit->n_allowed;
-            hit->used = ++m->use_clock;
+        int32_t slot = m->slot_of[m->sid];
+        if (slot >= 0) {
+            struct mslot *c = &m->cache[slot];
+            memcpy(m->bits, c->bits, sizeof(uint32_t) * (size_t)m->n_words);
+            m->n_allowed = c->n_allowed;
+            c->used = ++m->use_clock;
             m->stats.mask_hits++;
         } else {
             int rc = walk(m);
             if (rc)
                 return rc;
-            if (!lru->bits && !(lru->bits = malloc(sizeof(uint32_t) * (size_t)m->n_words)))
+            int lru = 0;
+            for (int i = 1; i < MASK_CACHE; i++)
+                if (m->cache[i].used < m->cache[lru].used)
+                    lru = i;
+            struct mslot *c = &m->cache[lru];
+            if (!c->bits && !(c->bits = malloc(sizeof(uint32_t) * (size_t)m->n_words)))
                 return FT_ENOMEM;
-            int32_t *st = realloc(lru->state, sizeof(int32_t) * (size_t)FT_MAX(n, 1));
-            if (!st)
-                return FT_ENOMEM;
-            lru->state = st;
-            memcpy(lru->state, key, sizeof(int32_t) * (size_t)n);
-            lru->n_state = n;
-            lru->hash = h;
-            memcpy(lru->bits, m->bits, sizeof(uint32_t) * (size_t)m->n_words);
-            lru->n_allowed = m->n_allowed;
-            lru->used = ++m->use_clock;
+            if (c->sid >= 0)
+                m->slot_of[c->sid] = -1;
+            c->sid = m->sid;
+            m->slot_of[m->sid] = lru;
+            memcpy(c->bits, m->bits, sizeof(uint32_t) * (size_t)m->n_words);
+            c->n_allowed = m->n_allowed;
+            c->used = ++m->use_clock;
         }
         m->bits_valid = true;
     }

@@ -73,6 +73,7 @@ struct ft_grammar_matcher;
 int ft_grammar_matcher_new(const struct ft_grammar *g, const struct ft_grammar_vocab *v,
                            struct ft_grammar_matcher **out);
 void ft_grammar_matcher_free(struct ft_grammar_matcher *m); /* accepts NULL */
+const struct ft_grammar_vocab *ft_grammar_matcher_vocab(const struct ft_grammar_matcher *m);
 
 /* The allowed tokens of the current state as a bitset (bit i of word i/32),
  * ceil(n_vocab / 32) words, valid until the next call on m. *n_allowed

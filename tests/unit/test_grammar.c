@@ -2,7 +2,7 @@
  * accepted and rejected, compile errors that name the problem, and the token
  * mask checked against brute force (every token tried one by one) on real
  * vocabularies from ../shared/vocab. Includes grammar_match.c to save and
- * restore the matcher's state between brute-force tries. */
+ * restore the matcher's state (a set id) between brute-force tries. */
 #include "ft_test.h"
 
 #include "../../engine/text/grammar_match.c"
@@ -257,13 +257,11 @@ static void check_mask(const struct ft_grammar *g, const struct ft_grammar_vocab
     CHECK(ft_grammar_matcher_mask(m, &bits, &n_allowed) == FT_OK);
     uint32_t *copy = malloc(sizeof(uint32_t) * (size_t)m->n_words);
     memcpy(copy, bits, sizeof(uint32_t) * (size_t)m->n_words);
-    int32_t *saved = malloc(sizeof(int32_t) * (size_t)m->n_state);
-    int32_t n_saved = m->n_state;
-    memcpy(saved, m->state, sizeof(int32_t) * (size_t)n_saved);
+    const int32_t saved = m->sid;
     int mismatches = 0, count = 0;
     for (int32_t id = 0; id < v->n_vocab; id++) {
         bool ok = ft_grammar_matcher_accept_token(m, id) == FT_OK;
-        set_state(m, saved, n_saved);
+        set_sid(m, saved);
         bool bit = (copy[id >> 5] >> (id & 31)) & 1u;
         count += ok;
         if (ok != bit && mismatches++ < 5)
@@ -273,7 +271,6 @@ static void check_mask(const struct ft_grammar *g, const struct ft_grammar_vocab
     CHECK_EQ_INT(count, n_allowed);
     /* the cache answers the same state the same way */
     CHECK(ft_grammar_matcher_mask(m, &bits, NULL) == FT_OK && !memcmp(bits, copy, sizeof(uint32_t) * (size_t)m->n_words));
-    free(saved);
     free(copy);
     ft_grammar_matcher_free(m);
 }
