@@ -204,6 +204,11 @@ oom:
 #define DTAB_MAX 4096       /* nodes with a direct step table (2 KiB each) */
 #define MAX_SETS (1 << 20)  /* distinct parse states one request may reach */
 #define SDT_MAX 16384       /* sets with a successor table (1 KiB each) */
+#define MAX_POOL (1 << 24)  /* node ids held by memoized steps and interned sets */
+/* Slow-path work (expansion steps, union entries) one call may do: a
+ * grammar built to be expensive ends the request instead of stalling the
+ * scheduler thread. JSON Schema grammars use a tiny fraction of it. */
+#define WORK_BUDGET 20000000
 
 struct gnode {
     int32_t pos, parent, hnext;
@@ -273,6 +278,7 @@ struct ft_grammar_matcher {
     struct mslot cache[MASK_CACHE];
     uint64_t use_clock;
     struct ft_grammar_stats stats;
+    uint64_t spent; /* slow-path work in this call (WORK_BUDGET) */
     int err; /* sticky FT_E* from a failed expansion */
 };
 
@@ -359,6 +365,10 @@ static int expand(struct ft_grammar_matcher *m, int32_t pos0, int32_t parent0) {
     while (nw) {
         int32_t parent = m->work[--nw], pos = m->work[--nw];
         for (;;) {
+            if (++m->spent > WORK_BUDGET) {
+                m->err = FT_ERANGE;
+                return -1;
+            }
             uint32_t e = g->elems[pos];
             uint32_t k = GE_KIND(e);
             if (k == GE_END || k == GE_ALT) {
@@ -499,7 +509,7 @@ static int step_memo(struct ft_grammar_matcher *m, int32_t node, unsigned c, int
     *off = (int32_t)m->pool_n;
     *len = m->n_out;
     m->pool_n += (size_t)m->n_out;
-    if (m->pool_n > (size_t)INT32_MAX / 2) {
+    if (m->pool_n > MAX_POOL) {
         m->err = FT_ERANGE;
         return -1;
     }
@@ -540,7 +550,7 @@ static int32_t intern_set(struct ft_grammar_matcher *m, int32_t *x, int32_t n) {
     uint32_t h = set_hash_ids(x, n);
     for (int32_t i = m->set_buckets[h & (m->n_set_buckets - 1)]; i >= 0; i = m->sets[i].hnext)
         if (m->sets[i].hash == h && m->sets[i].len == n &&
-            !memcmp(m->set_pool + m->sets[i].off, x, sizeof(int32_t) * (size_t)n))
+            (n == 0 || !memcmp(m->set_pool + m->sets[i].off, x, sizeof(int32_t) * (size_t)n)))
             return i;
     if (m->n_sets >= MAX_SETS) {
         m->err = FT_ERANGE;
@@ -583,6 +593,10 @@ static int32_t intern_set(struct ft_grammar_matcher *m, int32_t *x, int32_t n) {
         m->set_buckets = b;
         m->n_set_buckets = nb;
     }
+    if (m->set_pool_n + (size_t)n > MAX_POOL) {
+        m->err = FT_ERANGE;
+        return -1;
+    }
     if (m->set_pool_n + (size_t)n > m->set_pool_cap) {
         size_t cap = m->set_pool_cap * 2 + (size_t)n;
         int32_t *p = realloc(m->set_pool, sizeof(int32_t) * cap);
@@ -597,7 +611,8 @@ static int32_t intern_set(struct ft_grammar_matcher *m, int32_t *x, int32_t n) {
     bool complete = false;
     for (int32_t i = 0; i < n; i++)
         complete |= x[i] == NODE_EMPTY;
-    memcpy(m->set_pool + m->set_pool_n, x, sizeof(int32_t) * (size_t)n);
+    if (n)
+        memcpy(m->set_pool + m->set_pool_n, x, sizeof(int32_t) * (size_t)n);
     m->sets[id] = (struct sset){(int32_t)m->set_pool_n, n, m->set_buckets[h & (m->n_set_buckets - 1)], h, complete};
     m->set_buckets[h & (m->n_set_buckets - 1)] = id;
     m->set_pool_n += (size_t)n;
@@ -623,6 +638,10 @@ static int32_t step_sid(struct ft_grammar_matcher *m, int32_t sid, unsigned c) {
             }
             m->uni = p;
             m->cap_uni = cap;
+        }
+        if ((m->spent += (uint64_t)l) > WORK_BUDGET) {
+            m->err = FT_ERANGE;
+            return -1;
         }
         for (int32_t j = 0; j < l; j++) {
             int32_t t = m->pool[o + j];
@@ -759,14 +778,15 @@ static int fail_log(struct ft_grammar_matcher *m) {
     if (rc == FT_ENOMEM)
         FT_LOG_E("out of memory in the grammar matcher");
     else
-        FT_LOG_E("the grammar is too ambiguous: more than %d parses, %d stacks or %d states", MAX_SET, MAX_NODES,
-                 MAX_SETS);
+        FT_LOG_E("the grammar is too ambiguous or too costly to match: more than %d parses, %d stacks, %d states "
+                 "or %d steps of work for one token", MAX_SET, MAX_NODES, MAX_SETS, WORK_BUDGET);
     return rc;
 }
 
 int ft_grammar_matcher_accept_bytes(struct ft_grammar_matcher *m, const char *s, size_t n) {
     if (m->err)
         return fail_log(m);
+    m->spent = 0;
     int32_t sid = m->sid;
     for (size_t i = 0; i < n; i++) {
         sid = step_sid(m, sid, (unsigned char)s[i]);
@@ -845,6 +865,7 @@ int ft_grammar_matcher_mask(struct ft_grammar_matcher *m, const uint32_t **bits,
         return fail_log(m);
     const uint64_t t0 = ft_clock_ticks();
     m->stats.masks++;
+    m->spent = 0;
     if (!m->bits_valid) {
         int32_t slot = m->slot_of[m->sid];
         if (slot >= 0) {

@@ -331,10 +331,15 @@ static void digits_range(struct gbuild *b, int32_t rule, const char *lo, const c
         gb_ref(b, rule, sub);
         return;
     }
-    char nines[20], zeros[20];
-    memset(nines, '9', sizeof(nines));
-    memset(zeros, '0', sizeof(zeros));
-    bool lo_zero = strspn(lo + 1, "0") == (size_t)(n - 1), hi_nine = strspn(hi + 1, "9") == (size_t)(n - 1);
+    char nines[24], zeros[24];
+    memset(nines, '9', sizeof(nines) - 1);
+    memset(zeros, '0', sizeof(zeros) - 1);
+    nines[sizeof(nines) - 1] = zeros[sizeof(zeros) - 1] = '\0';
+    bool lo_zero = true, hi_nine = true; /* only the first n - 1 digits count */
+    for (int i = 1; i < n; i++) {
+        lo_zero &= lo[i] == '0';
+        hi_nine &= hi[i] == '9';
+    }
     int dlo = lo[0], dhi = hi[0];
     if (!lo_zero) {
         int32_t sub = gb_rule(b, NULL);

@@ -85,6 +85,23 @@ static void test_gbnf(const struct ft_grammar_vocab *v) {
     check_cases(g, v, c3, FT_ARRAY_LEN(c3), "gbnf nullable loop");
     ft_grammar_free(g);
 
+    /* exponential ambiguity is bounded: each 'a' doubles the parses, and
+     * past the bound the matcher fails (and stays failed) instead of
+     * growing */
+    g = gbnf("root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"\"");
+    if (g) {
+        struct ft_grammar_matcher *m = NULL;
+        CHECK(ft_grammar_matcher_new(g, v, &m) == FT_OK);
+        CHECK(ft_grammar_matcher_accept_bytes(m, "aaaaab", 6) == FT_OK);
+        CHECK(ft_grammar_matcher_accept_bytes(m, "a", 1) == FT_EINVAL); /* only closers now */
+        ft_grammar_matcher_reset(m);
+        CHECK(ft_grammar_matcher_accept_bytes(m, "aaaaaaaaaaaaaaaa", 16) == FT_ERANGE);
+        const uint32_t *bits;
+        CHECK(ft_grammar_matcher_mask(m, &bits, NULL) == FT_ERANGE);
+        ft_grammar_matcher_free(m);
+        ft_grammar_free(g);
+    }
+
     /* errors that name the problem */
     struct {
         const char *src, *needle;
