@@ -75,6 +75,22 @@ static void cps_negate(struct cpset *c) {
     *c = o;
 }
 
+/* The complement within printable ASCII (0x20..0x7e). */
+static void cps_ascii_negate(struct cpset *c) {
+    cps_negate(c);
+    struct cpset o;
+    o.n = 0;
+    for (int i = 0; i < c->n; i++) {
+        uint32_t lo = FT_MAX(c->r[2 * i], 0x20u), hi = FT_MIN(c->r[2 * i + 1], 0x7eu);
+        if (lo <= hi) {
+            o.r[2 * o.n] = lo;
+            o.r[2 * o.n + 1] = hi;
+            o.n++;
+        }
+    }
+    *c = o;
+}
+
 static bool cps_has(const struct cpset *c, uint32_t x) {
     for (int i = 0; i < c->n; i++)
         if (c->r[2 * i] <= x && x <= c->r[2 * i + 1])
@@ -170,11 +186,14 @@ static int re_escape(struct re *re, struct cpset *set, bool *is_class, uint32_t 
     *is_class = false;
     set->n = 0;
     switch (e) {
+    /* \d \w \s are ASCII here, a subset of what validators (Python's re,
+     * ECMA with /u) accept; their negations are the printable ASCII
+     * outside them, as Unicode digits or letters would fail \D or \W there */
     case 'd': case 'D':
         *is_class = true;
         cps_add(re, set, '0', '9');
         if (e == 'D')
-            cps_negate(set);
+            cps_ascii_negate(set);
         return re->b->rc ? -1 : 0;
     case 'w': case 'W':
         *is_class = true;
@@ -183,14 +202,14 @@ static int re_escape(struct re *re, struct cpset *set, bool *is_class, uint32_t 
         cps_add(re, set, '_', '_');
         cps_add(re, set, 'a', 'z');
         if (e == 'W')
-            cps_negate(set);
+            cps_ascii_negate(set);
         return re->b->rc ? -1 : 0;
     case 's': case 'S':
         *is_class = true;
         cps_add(re, set, '\t', '\r');
         cps_add(re, set, ' ', ' ');
         if (e == 'S')
-            cps_negate(set);
+            cps_ascii_negate(set);
         return re->b->rc ? -1 : 0;
     case 'n': *cp = '\n'; return 0;
     case 'r': *cp = '\r'; return 0;
@@ -214,7 +233,7 @@ static int re_class(struct re *re, struct cpset *set) {
         neg = true;
         re->p++;
     }
-    bool first = true;
+    bool first = true, has_escape_class = false;
     while (re->p < re->end && (*re->p != ']' || first)) {
         first = false;
         uint32_t lo = 0;
@@ -225,6 +244,7 @@ static int re_class(struct re *re, struct cpset *set) {
             if (re_escape(re, &sub, &is_class, &lo))
                 return -1;
             if (is_class) {
+                has_escape_class = true;
                 for (int i = 0; i < sub.n; i++)
                     if (cps_add(re, set, sub.r[2 * i], sub.r[2 * i + 1]))
                         return -1;
@@ -258,7 +278,9 @@ static int re_class(struct re *re, struct cpset *set) {
     if (re->p >= re->end)
         return RE_FAIL(re, "'pattern' has an unterminated class");
     re->p++;
-    if (neg)
+    if (neg && has_escape_class)
+        cps_ascii_negate(set); /* [^\d...]: validators exclude Unicode digits too */
+    else if (neg)
         cps_negate(set);
     return 0;
 }

@@ -65,14 +65,32 @@ void gjson_init(struct gbuild *b, struct gjson *j) {
     for (const char *c = "\"\\/bfnrt"; *c; c++)
         gset_add(&s, (unsigned char)*c);
     gb_set(b, esc, &s);
+    /* \uXXXX outside the surrogates: a lone surrogate is not a character,
+     * and a pair would count as one in minLength/maxLength */
+    struct ft_grammar_set hex, d, d07;
+    memset(&hex, 0, sizeof(hex));
+    gset_add_range(&hex, '0', '9');
+    gset_add_range(&hex, 'a', 'f');
+    gset_add_range(&hex, 'A', 'F');
+    d = hex;
+    d.w['d' >> 5] &= ~(1u << ('d' & 31));
+    d.w['D' >> 5] &= ~(1u << ('D' & 31));
+    gb_alt(b, esc);
+    gb_byte(b, esc, 'u');
+    gb_set(b, esc, &d);
+    for (int i = 0; i < 3; i++)
+        gb_set(b, esc, &hex);
+    memset(&d07, 0, sizeof(d07));
+    gset_add_range(&d07, '0', '7');
     gb_alt(b, esc);
     gb_byte(b, esc, 'u');
     memset(&s, 0, sizeof(s));
-    gset_add_range(&s, '0', '9');
-    gset_add_range(&s, 'a', 'f');
-    gset_add_range(&s, 'A', 'F');
-    for (int i = 0; i < 4; i++)
-        gb_set(b, esc, &s);
+    gset_add(&s, 'd');
+    gset_add(&s, 'D');
+    gb_set(b, esc, &s);
+    gb_set(b, esc, &d07);
+    gb_set(b, esc, &hex);
+    gb_set(b, esc, &hex);
     gb_ref(b, j->str_char, esc);
 
     int32_t chars = gb_repeat(b, j->str_char, 0, -1);
@@ -751,6 +769,14 @@ static int32_t sc_object(struct sc *sc, const cJSON *s, int depth) {
         i++;
     }
     (void)any;
+    int32_t addl_rule = sc->j.value; /* required names not in properties: additionalProperties' schema */
+    if (cJSON_IsObject(addl) && n > i) {
+        size_t pn = path_push(sc, "additionalProperties", NULL);
+        addl_rule = sc_schema(sc, addl, depth + 1);
+        sc->path[pn] = '\0';
+        if (addl_rule < 0)
+            goto fail;
+    }
     cJSON_ArrayForEach(rq, req) {
         if (props && cJSON_GetObjectItemCaseSensitive(props, rq->valuestring))
             continue;
@@ -759,7 +785,7 @@ static int32_t sc_object(struct sc *sc, const cJSON *s, int depth) {
         gb_ref(b, member[i], sc->j.ws);
         gb_byte(b, member[i], ':');
         gb_ref(b, member[i], sc->j.ws);
-        gb_ref(b, member[i], sc->j.value);
+        gb_ref(b, member[i], addl_rule);
         gb_ref(b, member[i], sc->j.ws);
         required[i++] = true;
     }
@@ -971,6 +997,11 @@ static int32_t sc_schema(struct sc *sc, const cJSON *s, int depth) {
 }
 
 int ft_grammar_from_json_schema(const char *text, size_t len, struct ft_grammar **out, char *err, size_t err_cap) {
+    return ft_grammar_from_json_schema_framed(text, len, NULL, NULL, out, err, err_cap);
+}
+
+int ft_grammar_from_json_schema_framed(const char *text, size_t len, const char *prefix, const char *suffix,
+                                       struct ft_grammar **out, char *err, size_t err_cap) {
     *out = NULL;
     struct gbuild b;
     gb_init(&b, err, err_cap);
@@ -989,6 +1020,15 @@ int ft_grammar_from_json_schema(const char *text, size_t len, struct ft_grammar 
     gjson_init(&b, &sc.j);
     /* the root is a $ref to "#" so a schema may refer to itself */
     int32_t root = sc_ref(&sc, "#", 0);
+    if (root >= 0 && ((prefix && *prefix) || (suffix && *suffix))) {
+        int32_t framed = gb_rule(&b, NULL);
+        if (prefix)
+            gb_lit(&b, framed, prefix, strlen(prefix));
+        gb_ref(&b, framed, root);
+        if (suffix)
+            gb_lit(&b, framed, suffix, strlen(suffix));
+        root = framed;
+    }
     if (root >= 0)
         gb_finish(&b, root, out);
 done:;

@@ -50,6 +50,12 @@ int ft_grammar_from_gbnf(const char *src, size_t len, struct ft_grammar **out, c
  * FT_EUNSUPPORTED with the keyword named in err. */
 int ft_grammar_from_json_schema(const char *schema, size_t len, struct ft_grammar **out, char *err, size_t err_cap);
 
+/* The same between fixed text, for forcing a call in a model's own format:
+ * prefix "<tool_call>\n", a schema of {"name", "arguments"} objects (anyOf
+ * over the tools), suffix "\n</tool_call>". prefix/suffix may be NULL. */
+int ft_grammar_from_json_schema_framed(const char *schema, size_t len, const char *prefix, const char *suffix,
+                                       struct ft_grammar **out, char *err, size_t err_cap);
+
 /* Any JSON object (response_format {"type": "json_object"}). */
 int ft_grammar_json_object(struct ft_grammar **out);
 

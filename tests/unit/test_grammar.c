@@ -216,6 +216,36 @@ static void test_schema(const struct ft_grammar_vocab *v) {
     ft_grammar_matcher_free(m);
     ft_grammar_free(g);
 
+    /* a required name outside properties takes additionalProperties' schema;
+     * \D is ASCII (a validator's \D refuses Unicode digits) */
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^\\\\D+$\"}},"
+               "\"required\":[\"a\",\"b\"],\"additionalProperties\":{\"type\":\"integer\"}}",
+               err, sizeof(err));
+    CHECKF(g != NULL, "%s", err);
+    static const struct accept_case c6[] = {
+        {"{\"a\":\"x\",\"b\":3}", true},
+        {"{\"a\":\"x\",\"b\":\"3\"}", false},
+        {"{\"a\":\"x1\",\"b\":3}", false},
+        {"{\"a\":\"\xd9\xa3\",\"b\":3}", false},
+    };
+    check_cases(g, v, c6, FT_ARRAY_LEN(c6), "required outside properties");
+    ft_grammar_free(g);
+
+    /* framed: a forced tool call in a model's own markup */
+    g = NULL;
+    static const char tools[] = "{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"name\":{\"const\":\"get_weather\"},"
+                                "\"arguments\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+                                "\"required\":[\"city\"]}},\"required\":[\"name\",\"arguments\"]}]}";
+    CHECK(ft_grammar_from_json_schema_framed(tools, strlen(tools), "<tool_call>\n", "\n</tool_call>", &g, err,
+                                             sizeof(err)) == FT_OK);
+    static const struct accept_case c5[] = {
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", true},
+        {"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", false},
+        {"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", false},
+    };
+    check_cases(g, v, c5, FT_ARRAY_LEN(c5), "framed tool call");
+    ft_grammar_free(g);
+
     /* json_object: any object, nothing else */
     CHECK(ft_grammar_json_object(&g) == FT_OK);
     static const struct accept_case c4[] = {
@@ -226,6 +256,8 @@ static void test_schema(const struct ft_grammar_vocab *v) {
         {"{\"a\":}", false},
         {"{\"a\":01}", false},
         {"{\"a\":\"\x01\"}", false},
+        {"{\"a\":\"\\ud83d\\ude00\"}", false}, /* surrogates: written raw as UTF-8 instead */
+        {"{\"a\":\"\\uD7FF\\uE000\"}", true},
     };
     check_cases(g, v, c4, FT_ARRAY_LEN(c4), "json_object");
     ft_grammar_free(g);
