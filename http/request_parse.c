@@ -35,6 +35,7 @@ void ft_api_request_free(struct ft_api_request *r) {
     free(r->prompt_tokens);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
+    ft_grammar_free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -384,6 +385,119 @@ static int refuse_unsupported(const cJSON *root, struct ft_api_error *err) {
     return 0;
 }
 
+/* A JSON Schema (a cJSON tree) compiled to r->grammar; `param` names the
+ * field in errors. */
+static int compile_schema(const cJSON *schema, const char *param, const char *name, struct ft_api_request *r,
+                          struct ft_api_error *err) {
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text)
+        return OOM();
+    char msg[256];
+    int rc = ft_grammar_from_json_schema(text, strlen(text), &r->grammar, msg, sizeof(msg));
+    cJSON_free(text);
+    if (rc == FT_ENOMEM)
+        return OOM();
+    if (rc) {
+        if (name)
+            return BAD(param, "Invalid schema for response_format '%.64s': %s", name, msg);
+        return BAD(param, "Invalid schema in '%s': %s", param, msg);
+    }
+    return 0;
+}
+
+/* response_format (OpenAI), json_schema and grammar (llama.cpp server),
+ * guided_json (vLLM): at most one of them. */
+static int parse_structured(const cJSON *root, struct ft_api_request *r, struct ft_api_error *err) {
+    static const char *const names[] = {"response_format", "json_schema", "grammar", "guided_json"};
+    const char *given = NULL;
+    for (size_t i = 0; i < FT_ARRAY_LEN(names); i++) {
+        const cJSON *v = field(root, names[i]);
+        if (!v)
+            continue;
+        if (i == 0) { /* {"type": "text"} constrains nothing */
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+            if (cJSON_IsObject(v) && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
+                continue;
+        }
+        if (given)
+            return BAD(names[i], "'%s' and '%s' both constrain the output: give one of them", given, names[i]);
+        given = names[i];
+    }
+    const cJSON *v;
+    if ((v = field(root, "response_format"))) {
+        if (!cJSON_IsObject(v))
+            return BAD("response_format", "'response_format' must be an object");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+        if (!cJSON_IsString(t))
+            return BAD("response_format.type", "'response_format.type' must be one of 'text', 'json_object', "
+                                               "'json_schema'");
+        if (!strcmp(t->valuestring, "json_object")) {
+            if (ft_grammar_json_object(&r->grammar))
+                return OOM();
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+            if (!cJSON_IsObject(js))
+                return BAD("response_format.json_schema", "Missing required parameter: 'response_format.json_schema'");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+            if (!cJSON_IsString(name))
+                return BAD("response_format.json_schema.name",
+                           "Missing required parameter: 'response_format.json_schema.name'");
+            size_t nl = strlen(name->valuestring);
+            if (nl == 0 || nl > 64 || strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                "0123456789_-") != nl)
+                return BAD("response_format.json_schema.name", "'response_format.json_schema.name' must be 1 to 64 "
+                                                               "characters from a-z, A-Z, 0-9, '_' and '-'");
+            const cJSON *strict = cJSON_GetObjectItemCaseSensitive(js, "strict");
+            if (strict && !cJSON_IsBool(strict) && !cJSON_IsNull(strict))
+                return BAD("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a "
+                                                                 "boolean");
+            const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+            if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+                return BAD("response_format.json_schema.schema", "'response_format.json_schema.schema' must be an "
+                                                                 "object");
+            if (!schema) { /* no schema: any JSON value */
+                cJSON *any = cJSON_CreateObject();
+                if (!any)
+                    return OOM();
+                int rc = compile_schema(any, "response_format.json_schema.schema", name->valuestring, r, err);
+                cJSON_Delete(any);
+                return rc;
+            }
+            return compile_schema(schema, "response_format.json_schema.schema", name->valuestring, r, err);
+        } else if (strcmp(t->valuestring, "text") != 0) {
+            return BAD("response_format.type", "'response_format.type' must be one of 'text', 'json_object', "
+                                               "'json_schema' (got '%.40s')", t->valuestring);
+        }
+    }
+    static const char *const schema_fields[] = {"json_schema", "guided_json"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(schema_fields); i++) {
+        if (!(v = field(root, schema_fields[i])))
+            continue;
+        if (cJSON_IsString(v)) { /* vLLM also takes the schema as JSON text */
+            cJSON *parsed = cJSON_Parse(v->valuestring);
+            if (!parsed)
+                return BAD(schema_fields[i], "'%s' is a string that is not JSON", schema_fields[i]);
+            int rc = compile_schema(parsed, schema_fields[i], NULL, r, err);
+            cJSON_Delete(parsed);
+            return rc;
+        }
+        if (!cJSON_IsObject(v) && !cJSON_IsBool(v))
+            return BAD(schema_fields[i], "'%s' must be a JSON Schema object", schema_fields[i]);
+        return compile_schema(v, schema_fields[i], NULL, r, err);
+    }
+    if ((v = field(root, "grammar"))) {
+        if (!cJSON_IsString(v))
+            return BAD("grammar", "'grammar' must be a string (GBNF)");
+        char msg[256];
+        int rc = ft_grammar_from_gbnf(v->valuestring, strlen(v->valuestring), &r->grammar, msg, sizeof(msg));
+        if (rc == FT_ENOMEM)
+            return OOM();
+        if (rc)
+            return BAD("grammar", "Invalid grammar: %s", msg);
+    }
+    return 0;
+}
+
 static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vocab, struct ft_api_request *r,
                         struct ft_api_error *err) {
     const cJSON *v;
@@ -457,12 +571,7 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
         return -1;
     if (given && i != 1)
         return BAD("best_of", "only best_of=1 is supported");
-    if ((v = field(root, "response_format"))) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-        if (!cJSON_IsObject(v) || !cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
-            return BAD("response_format", "only response_format {\"type\": \"text\"} is supported");
-    }
-    return 0;
+    return parse_structured(root, r, err);
 }
 
 cJSON *ft_api_parse_body(const char *body, size_t len, struct ft_api_error *err) {

@@ -3,7 +3,8 @@
  *
  * Every body is hostile: it must be UTF-8 JSON with an object at the top,
  * each honoured field must have the right type and range, strings may not
- * contain U+0000, and counts are bounded. Unknown fields are ignored (SDKs
+ * contain U+0000, and counts are bounded. Schemas and grammars are compiled
+ * here (engine/text/json_schema.c, grammar.c), with their own bounds. Unknown fields are ignored (SDKs
  * send many); fields that would change the shape of the answer in a way
  * this server does not implement (echo, best_of) are rejected with a
  * message that says so, rather than silently ignored.
@@ -11,6 +12,7 @@
 #ifndef FT_HTTP_REQUEST_PARSE_H
 #define FT_HTTP_REQUEST_PARSE_H
 
+#include "ft/grammar.h"
 #include "ft/sampler.h"
 
 #include <stdbool.h>
@@ -90,6 +92,10 @@ struct ft_api_request {
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     int performance_metrics; /* -1 not given, 0 false, 1 true */
+    /* Structured output: response_format json_object / json_schema, or the
+     * llama.cpp server's `grammar` (GBNF) / `json_schema`, or vLLM's
+     * `guided_json`, compiled while parsing so a bad schema is a 400. */
+    struct ft_grammar *grammar; /* owned; NULL when unconstrained */
 };
 
 /* What is wrong with a request: HTTP status (400), the offending parameter

@@ -867,6 +867,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->er.params.logprobs = r->api.logprobs;
     r->er.params.top_logprobs = r->api.top_logprobs;
     r->er.n_choices = r->api.n;
+    r->er.params.grammar = r->api.grammar;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));

@@ -35,6 +35,18 @@ int ft_gen_init(struct ft_gen *g, const struct ft_tokenizer *tok, int32_t n_voca
     int rc = ft_sampler_new(&p->sampling, n_vocab, &g->sampler);
     if (rc)
         return rc;
+    if (p->grammar) {
+        if (!p->grammar_vocab || ft_grammar_vocab_n_tokens(p->grammar_vocab) != n_vocab) {
+            ft_gen_free(g);
+            FT_LOG_E("a grammar needs the token trie of this model's %d-token vocabulary", (int)n_vocab);
+            return FT_EINVAL;
+        }
+        if ((rc = ft_grammar_matcher_new(p->grammar, p->grammar_vocab, &g->grammar)) ||
+            !(g->masked = malloc(sizeof(float) * (size_t)n_vocab))) {
+            ft_gen_free(g);
+            return rc ? rc : FT_ENOMEM;
+        }
+    }
     g->out_cap = 512;
     if (!(g->out = malloc(g->out_cap))) {
         ft_gen_free(g);
@@ -50,6 +62,10 @@ void ft_gen_free(struct ft_gen *g) {
         return;
     ft_sampler_free(g->sampler);
     g->sampler = NULL;
+    ft_grammar_matcher_free(g->grammar);
+    g->grammar = NULL;
+    free(g->masked);
+    g->masked = NULL;
     ft_stop_free(&g->stop);
     g->stop.buf = NULL;
     ft_request_timing_free(&g->timing);
@@ -149,10 +165,26 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
     g->out[0] = '\0';
     if (g->finish)
         return FT_OK;
+    int rc;
+    const float *raw = logits; /* logprobs are the model's, before the grammar's mask */
+    if (g->grammar) {
+        /* mask, sample among what the grammar allows, advance it */
+        int32_t n_allowed = 0;
+        memcpy(g->masked, logits, sizeof(float) * (size_t)ft_grammar_vocab_n_tokens(ft_grammar_matcher_vocab(g->grammar)));
+        if ((rc = ft_grammar_matcher_apply(g->grammar, g->masked, &n_allowed)))
+            goto grammar_error;
+        if (n_allowed == 0) {
+            /* no token of this vocabulary continues the grammar */
+            g->finish = FT_FINISH_STOP;
+            return flush(g);
+        }
+        logits = g->masked;
+    }
     const int32_t t = ft_sampler_sample(g->sampler, logits);
     if (g->logprobs) /* only when asked: two passes over the vocabulary */
-        ft_logprobs_compute(logits, g->n_vocab, t, g->top_logprobs, &g->lp);
-    int rc;
+        ft_logprobs_compute(raw, g->n_vocab, t, g->top_logprobs, &g->lp);
+    if (g->grammar && (rc = ft_grammar_matcher_accept_token(g->grammar, t)))
+        goto grammar_error;
     if ((rc = ft_request_timing_token(&g->timing, ft_clock_ticks())) || (rc = push_token(g, t)))
         goto oom;
     ft_sampler_accept(g->sampler, t);
@@ -161,6 +193,8 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
     } else {
         if ((rc = detok_release(g, t)))
             goto oom;
+        if (!g->finish && g->grammar && ft_grammar_matcher_done(g->grammar))
+            g->finish = FT_FINISH_STOP; /* the grammar is complete and nothing may follow */
         if (!g->finish && ((g->max_tokens > 0 && g->n_tokens >= g->max_tokens) || g->n_past >= g->n_ctx))
             g->finish = FT_FINISH_LENGTH;
     }
@@ -169,6 +203,11 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
     return FT_OK;
 oom:
     FT_LOG_E("out of memory after %d generated tokens", (int)g->n_tokens);
+    return rc;
+grammar_error:
+    /* too ambiguous, out of memory, or a sampled token the mask allowed but
+     * the matcher refused (a bug): the request ends in an error */
+    FT_LOG_E("grammar matcher failed after %d generated tokens: %s", (int)g->n_tokens, ft_strerror(rc));
     return rc;
 }
 

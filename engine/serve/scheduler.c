@@ -67,6 +67,7 @@ struct ft_scheduler {
      * first served (linked by next); they get free slots before the queue. */
     struct ft_request *embd_head;
     int32_t *prefill_order; /* n_slots */
+    struct ft_grammar_vocab *gvocab; /* token trie, built at the first request with a grammar */
 
     pthread_t thread;
     bool thread_started;
@@ -208,6 +209,17 @@ static void admit(struct ft_scheduler *s, struct ft_request *r) {
     s->n_requests++;
     atomic_store(&s->running, s->n_requests);
     int32_t i = 0, rc = FT_OK;
+    if (r->params.grammar && !s->gvocab) {
+        const uint64_t t0 = ft_clock_ticks();
+        ft_clear_error();
+        if ((rc = ft_grammar_vocab_new(ft_model_tokenizer(s->m), &s->gvocab)) == FT_OK)
+            FT_LOG_I("token trie for grammars: %d tokens, %zu nodes, %.1f MiB, built in %.1f ms",
+                     (int)ft_grammar_vocab_n_tokens(s->gvocab), ft_grammar_vocab_n_nodes(s->gvocab),
+                     (double)ft_grammar_vocab_bytes(s->gvocab) / (1 << 20),
+                     ft_clock_ticks_to_ms(ft_clock_ticks() - t0));
+        else
+            set_error(r, rc, "cannot build the token trie for the grammar");
+    }
     for (int32_t c = 0; c < n; c++) {
         while (s->slots[i].r)
             i++;
@@ -220,16 +232,20 @@ static void admit(struct ft_scheduler *s, struct ft_request *r) {
         sl->wait_fork = c > 0;
         sl->order = ++s->n_admitted;
         s->n_running++;
-        struct ft_gen_params gp = r->params;
-        gp.sampling.seed += (uint64_t)c; /* choice c: seed + c, reproducible */
+        struct ft_gen_params gp = r->params; /* the request's stay read-only */
+        gp.sampling.seed += (uint64_t)c;     /* choice c: seed + c, reproducible */
+        if (gp.grammar)
+            gp.grammar_vocab = s->gvocab;
         ft_clear_error();
-        const int grc = ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &gp);
+        if (rc) /* no trie: the slot ends with the request, its state empty */
+            memset(&sl->g, 0, sizeof(sl->g));
+        const int grc = rc ? rc : ft_gen_init(&sl->g, ft_model_tokenizer(s->m), s->n_vocab, s->p.n_ctx, &gp);
         sl->g.timing.received = r->received;
         sl->g.timing.admitted = now;
         sl->g.timing.prompt_tokens = r->n_prompt;
         if (grc && !rc) {
             rc = grc;
-            set_error(r, rc, "bad sampling parameters");
+            set_error(r, rc, "bad sampling parameters or grammar");
         }
         if (!grc)
             ft_gen_accept_prompt(&sl->g, r->prompt, r->n_prompt);
@@ -702,6 +718,7 @@ void ft_scheduler_free(struct ft_scheduler *s) {
         pthread_join(s->thread, NULL);
     }
     free(s->slots);
+    ft_grammar_vocab_free(s->gvocab);
     free(s->logits);
     free(s->b_token);
     free(s->b_pos);

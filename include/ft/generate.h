@@ -14,6 +14,7 @@
 #ifndef FT_GENERATE_H
 #define FT_GENERATE_H
 
+#include "ft/grammar.h"
 #include "ft/logprobs.h"
 #include "ft/metrics.h"
 #include "ft/model.h"
@@ -43,6 +44,11 @@ struct ft_gen_params {
     bool ignore_eos;          /* keep going after an end-of-generation token */
     bool logprobs;            /* compute each token's log-probability (include/ft/logprobs.h) */
     int32_t top_logprobs;     /* with logprobs: also the most likely tokens, 0 .. FT_MAX_TOP_LOGPROBS */
+    /* Structured output: tokens are masked by this grammar and generation
+     * stops when it is complete and nothing may follow. Both borrowed; the
+     * vocabulary trie is built once per tokenizer (ft_grammar_vocab_new). */
+    const struct ft_grammar *grammar;
+    const struct ft_grammar_vocab *grammar_vocab;
 };
 
 /* One sequence's generation. Owned by one thread at a time. */
@@ -64,12 +70,15 @@ struct ft_gen {
     int32_t cap_tokens;
     enum ft_finish_reason finish;
     struct ft_request_timing timing;
+    struct ft_grammar_matcher *grammar; /* NULL: unconstrained */
+    float *masked;      /* (n_vocab) the logits with the grammar's mask applied */
     char *out;          /* text released by the last step (NUL-terminated) */
     size_t out_len;
     size_t out_cap;
 };
 
-/* FT_EINVAL for bad sampling parameters (ft_last_error names the field). */
+/* FT_EINVAL for bad sampling parameters (ft_last_error names the field);
+ * FT_ENOMEM. */
 int ft_gen_init(struct ft_gen *g, const struct ft_tokenizer *tok, int32_t n_vocab, int32_t n_ctx,
                 const struct ft_gen_params *p);
 void ft_gen_free(struct ft_gen *g); /* accepts a zeroed or freed struct */

@@ -1,0 +1,89 @@
+/* libFuzzer target for the grammar compilers and the matcher
+ * (engine/text/grammar.c, json_schema.c, grammar_regex.c, grammar_match.c):
+ * GBNF and JSON Schema text arrive from the network in `grammar`,
+ * `response_format` and friends.
+ *
+ * Input layout: one byte picking the compiler (low bit: 0 GBNF, 1 JSON
+ * Schema), then the source. A grammar that compiles is then run: masks over
+ * the llama-spm vocabulary (32k tokens, from ../shared) and byte steps driven
+ * by the input, so the matcher's bounds (parses, stacks, states) are
+ * exercised by whatever grammar the fuzzer finds. Must never crash, leak,
+ * hang or trip a sanitizer; compile errors are fine but must say something.
+ * Seeds: tests/fuzz/corpus/grammar. */
+#include "ft/common.h"
+#include "ft/gguf.h"
+#include "ft/grammar.h"
+#include "ft/tokenizer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+static struct ft_tokenizer *g_tok;
+static struct ft_grammar_vocab *g_vocab;
+
+static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
+    (void)level, (void)func, (void)msg, (void)ud;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    ft_log_set_sink(quiet_sink, NULL);
+    const char *shared = getenv("FT_SHARED_DIR");
+    if (!shared || !*shared)
+        shared = FT_SHARED_DIR_DEFAULT;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf", shared);
+    struct ft_gguf *g = NULL;
+    if (ft_gguf_open(path, &g) != 0) {
+        /* the compilers still run; the matcher needs a vocabulary */
+        fprintf(stderr, "fuzz_grammar: %s not found: matcher not exercised (set FT_SHARED_DIR)\n", path);
+        return 0;
+    }
+    if (ft_tokenizer_load(g, &g_tok) == 0 && ft_grammar_vocab_new(g_tok, &g_vocab) != 0)
+        abort();
+    ft_gguf_close(g);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > (1u << 16))
+        return 0;
+    const char *src = (const char *)data + 1;
+    const size_t n = size - 1;
+    struct ft_grammar *gr = NULL;
+    char err[256] = "";
+    const int rc = (data[0] & 1) ? ft_grammar_from_json_schema(src, n, &gr, err, sizeof(err))
+                                 : ft_grammar_from_gbnf(src, n, &gr, err, sizeof(err));
+    if (rc) {
+        if (gr || (rc != FT_ENOMEM && err[0] == '\0'))
+            abort(); /* an error must leave nothing behind and say why */
+        return 0;
+    }
+    if (!gr)
+        abort();
+    if (g_vocab) {
+        struct ft_grammar_matcher *m = NULL;
+        if (ft_grammar_matcher_new(gr, g_vocab, &m) == FT_OK) {
+            /* walk: mask, then take the input's bytes as the "generated"
+             * text while the grammar allows them */
+            const uint32_t *bits;
+            int32_t n_allowed;
+            for (size_t i = 0; i < n && i < 48; i++) {
+                if (i % 16 == 0 && ft_grammar_matcher_mask(m, &bits, &n_allowed) != FT_OK)
+                    break;
+                if (ft_grammar_matcher_accept_bytes(m, src + i, 1) != FT_OK)
+                    break;
+            }
+            if (ft_grammar_matcher_done(m) && !ft_grammar_matcher_complete(m))
+                abort();
+            ft_grammar_matcher_free(m);
+        }
+    }
+    ft_grammar_free(gr);
+    return 0;
+}
