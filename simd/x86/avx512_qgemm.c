@@ -52,11 +52,15 @@ static inline __m512 bcastf(const uint8_t *p) {
 }
 
 /* G: sub-block size; ABLK: activation block; MINS: M per sub-block times
- * the float X; XINT: X is the int32 start of each integer sum. */
+ * the float X; XINT: X is the int32 start of each integer sum; FOLD (no
+ * MINS): D is folded into each sub-block's scale (S * D) as the avx2 level
+ * does, instead of scaling the block's partial sums once, so that the tiles
+ * unpacked from avx2's repacked ones give exactly the floats its kernel_rw
+ * gives for the same weights (one more multiply per sub-block and token). */
 __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *restrict w, const uint8_t *restrict a,
                                                               int64_t k, int n_rows, int n_tok, float *restrict out,
                                                               int64_t ld, const int G, const int ABLK, const int MINS,
-                                                              const int XINT) {
+                                                              const int XINT, const int FOLD) {
     const int nsub = ABLK / G;
     const int ngrp = G / 4;
     const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
@@ -87,6 +91,9 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
                     for (int t = 0; t < TT; t++)
                         facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
                 }
+            } else if (FOLD) {
+                for (int t = 0; t < TT; t++)
+                    facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
             } else {
                 for (int t = 0; t < TT; t++)
                     part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
@@ -98,7 +105,7 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
                 }
             }
         }
-        if (nsub > 1)
+        if (nsub > 1 && !FOLD)
             for (int t = 0; t < TT; t++)
                 facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
     }
@@ -108,15 +115,16 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }
 
-#define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
+#define KERNEL(name, G, ABLK, MINS, XINT, FOLD)                                                              \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
-        kernel_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT);                                   \
+        kernel_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD);                             \
     }
-KERNEL(kernel_q8_0_class, 32, 32, 0, 1) /* Q8_0, Q4_0, Q5_0 */
-KERNEL(kernel_q4_1_class, 32, 32, 1, 0) /* Q4_1, Q5_1 */
-KERNEL(kernel_k32_mins, 32, 256, 1, 0)  /* Q4_K, Q5_K */
-KERNEL(kernel_k16_mins, 16, 256, 1, 0)  /* Q2_K */
-KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
+KERNEL(kernel_q8_0_class, 32, 32, 0, 1, 0)   /* Q8_0, Q4_0, Q5_0 */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)   /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)    /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)    /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 1, 0)  /* Q3_K */
+KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)   /* Q6_K, repacked as on avx2 */
 
 /* ---- gather packers -------------------------------------------------------------------- */
 
@@ -417,13 +425,113 @@ SIZES(size_k32_mins, 32, 256, 1)
 SIZES(size_k16_mins, 16, 256, 1)
 SIZES(size_k16_offset, 16, 256, 0)
 
+/* ---- repacked weights: the avx2 level's tiles, two to a tile of 16 rows ---------------- *
+ *
+ * The types the avx2 level repacks at load (Q4_0, Q6_K) are repacked the
+ * same way here, 8 rows at a time, and a tile of 16 rows is two avx2 tiles
+ * one after the other. Batches below FT_RW_UNPACK_MIN_TOKENS (decode of one
+ * or a few requests) run the avx2 level's kernel_rw / kernel_rw1 on each
+ * half: without repacked tiles this level unpacked the weights in every
+ * product of 4 or more tokens and read them with vec_dot below that
+ * (Llama 3.2 1B Q4_0, 2 threads, tg: 37 tokens/s against avx2's 64).
+ * Larger batches unpack both halves into this level's 16-row tile for the
+ * VNNI kernel. The activation tiles are the same bytes on both levels
+ * (ft_qg_pack_a / ft_qg_pack_a1 with the same parameters). */
+
+/* The avx2 level's entries of the types it repacks (ft_qgemm_fill_avx512). */
+static const struct ft_qgemm *g_half[FT_TYPE_COUNT];
+#define HR 8 /* rows of an avx2 tile */
+
+static void pair_repack(const struct ft_qgemm *h, const void *w, size_t w_row, int64_t k, void *tile) {
+    h->repack_w(w, w_row, k, tile);
+    h->repack_w((const uint8_t *)w + HR * w_row, w_row, k, (uint8_t *)tile + h->rw_tile_size(k));
+}
+
+static void pair_kernel(const struct ft_qgemm *h, const void *tile, const void *a, int64_t k, int n_rows, int n_tok,
+                        float *out, int64_t ld) {
+    h->kernel_rw(tile, a, k, n_rows < HR ? n_rows : HR, n_tok, out, ld);
+    if (n_rows > HR)
+        h->kernel_rw((const uint8_t *)tile + h->rw_tile_size(k), a, k, n_rows - HR, n_tok, out + HR, ld);
+}
+
+static void pair_kernel1(const struct ft_qgemm *h, const void *tile, const void *a1, int64_t k, int n_rows,
+                         float *out) {
+    h->kernel_rw1(tile, a1, k, n_rows < HR ? n_rows : HR, out);
+    if (n_rows > HR)
+        h->kernel_rw1((const uint8_t *)tile + h->rw_tile_size(k), a1, k, n_rows - HR, out + HR);
+}
+
+static void pair_row(const struct ft_qgemm *h, const void *tile, int r, int64_t k, void *row) {
+    if (r < HR)
+        h->rw_row(tile, r, k, row);
+    else
+        h->rw_row((const uint8_t *)tile + h->rw_tile_size(k), r - HR, k, row);
+}
+
+/* Both halves, a block of ABLK elements at a time, through the avx2 level's
+ * unpack_rw into its 8-row tiles, then interleaved into this level's: per
+ * sub-block of G, group j of the 16 rows is the halves' groups j one after
+ * the other, and so are the scales (no mins: Q4_0 and Q6_K have none). */
+static void pair_unpack(const struct ft_qgemm *h, const void *rw, int64_t k, void *tile, const int G,
+                        const int ABLK) {
+    enum { MAX_HALF = 16 * (16 * HR + 4 * HR) }; /* ft_qg_w_tile_bytes(HR, 16, 0, 256), the largest */
+    _Alignas(64) uint8_t un[2][MAX_HALF];
+    const size_t half = h->rw_tile_size(k), rb = h->rw_tile_size(ABLK);
+    const size_t sb8 = ft_qg_sb_bytes(HR, G, 0), sb16 = ft_qg_sb_bytes(TR, G, 0);
+    const uint8_t *src = rw;
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / ABLK; b++) {
+        for (int i = 0; i < 2; i++)
+            h->unpack_rw(src + (size_t)i * half + (size_t)b * rb, ABLK, un[i]);
+        for (int s = 0; s < ABLK / G; s++, o += sb16)
+            for (int i = 0; i < 2; i++) {
+                const uint8_t *u = un[i] + (size_t)s * sb8;
+                for (int j = 0; j < G / 4; j++)
+                    memcpy(o + 64 * j + 32 * i, u + 32 * j, 32);
+                memcpy(o + G * TR + 32 * i, u + G * HR, 32);
+            }
+    }
+}
+
+/* Type T's (functions named after t) entry points over g_half[FT_TYPE_T]. */
+#define RW_PAIR(T, t, G, ABLK)                                                                                  \
+    static size_t rw_size_##t(int64_t k) { return 2 * g_half[FT_TYPE_##T]->rw_tile_size(k); }                 \
+    static void repack_w_##t(const void *w, size_t w_row, int64_t k, void *tile) {                            \
+        pair_repack(g_half[FT_TYPE_##T], w, w_row, k, tile);                                                   \
+    }                                                                                                          \
+    static void kernel_rw_##t(const void *tile, const void *a, int64_t k, int n_rows, int n_tok, float *out,  \
+                              int64_t ld) {                                                                    \
+        pair_kernel(g_half[FT_TYPE_##T], tile, a, k, n_rows, n_tok, out, ld);                                  \
+    }                                                                                                          \
+    static void rw_row_##t(const void *tile, int r, int64_t k, void *row) {                                  \
+        pair_row(g_half[FT_TYPE_##T], tile, r, k, row);                                                        \
+    }                                                                                                          \
+    static void unpack_rw_##t(const void *rw, int64_t k, void *tile) {                                        \
+        pair_unpack(g_half[FT_TYPE_##T], rw, k, tile, G, ABLK);                                                \
+    }                                                                                                          \
+    static size_t a1_size_##t(int64_t k) { return g_half[FT_TYPE_##T]->a1_tile_size(k); }                     \
+    static void pack_a1_##t(const void *a, int64_t k, void *tile) { g_half[FT_TYPE_##T]->pack_a1(a, k, tile); } \
+    static void kernel_rw1_##t(const void *tile, const void *a1, int64_t k, int n_rows, float *out) {        \
+        pair_kernel1(g_half[FT_TYPE_##T], tile, a1, k, n_rows, out);                                           \
+    }
+RW_PAIR(Q4_0, q4_0, 32, 32)
+RW_PAIR(Q6_K, q6_K, 16, FT_QK_K)
+
 #define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
     static const struct ft_qgemm g_##T = {                                                               \
         .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
         .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
         .kernel = KER};
+/* A type repacked at load (RW_PAIR), its functions named after t. */
+#define ENTRY_RW(T, t, ACT, SZ, PW, PA, KER)                                                                  \
+    static const struct ft_qgemm g_##T = {                                                                    \
+        .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,                   \
+        .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA,  \
+        .kernel = KER, .rw_tile_size = rw_size_##t, .repack_w = repack_w_##t, .kernel_rw = kernel_rw_##t,     \
+        .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t, .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t, \
+        .kernel_rw1 = kernel_rw1_##t};
 ENTRY(Q8_0, Q8_0, size_q8_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0_class)
-ENTRY(Q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
+ENTRY_RW(Q4_0, q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
 ENTRY(Q5_0, Q8_0, size_q8_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q8_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
@@ -431,9 +539,17 @@ ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
-ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
+ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_q6_K_fold)
+
+void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
 void ft_qgemm_fill_avx512(const struct ft_qgemm **t) {
+    /* the avx2 entries under RW_PAIR's types (AVX-512 implies AVX2; avx2_qgemm.c
+     * repacks both, and test_qgemm runs every entry of this level) */
+    const struct ft_qgemm *avx2[FT_TYPE_COUNT] = {0};
+    ft_qgemm_fill_avx2(avx2);
+    g_half[FT_TYPE_Q4_0] = avx2[FT_TYPE_Q4_0];
+    g_half[FT_TYPE_Q6_K] = avx2[FT_TYPE_Q6_K];
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;
