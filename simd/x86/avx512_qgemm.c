@@ -447,20 +447,6 @@ static void pair_repack(const struct ft_qgemm *h, const void *w, size_t w_row, i
     h->repack_w((const uint8_t *)w + HR * w_row, w_row, k, (uint8_t *)tile + h->rw_tile_size(k));
 }
 
-static void pair_kernel(const struct ft_qgemm *h, const void *tile, const void *a, int64_t k, int n_rows, int n_tok,
-                        float *out, int64_t ld) {
-    h->kernel_rw(tile, a, k, n_rows < HR ? n_rows : HR, n_tok, out, ld);
-    if (n_rows > HR)
-        h->kernel_rw((const uint8_t *)tile + h->rw_tile_size(k), a, k, n_rows - HR, n_tok, out + HR, ld);
-}
-
-static void pair_kernel1(const struct ft_qgemm *h, const void *tile, const void *a1, int64_t k, int n_rows,
-                         float *out) {
-    h->kernel_rw1(tile, a1, k, n_rows < HR ? n_rows : HR, out);
-    if (n_rows > HR)
-        h->kernel_rw1((const uint8_t *)tile + h->rw_tile_size(k), a1, k, n_rows - HR, out + HR);
-}
-
 static void pair_row(const struct ft_qgemm *h, const void *tile, int r, int64_t k, void *row) {
     if (r < HR)
         h->rw_row(tile, r, k, row);
@@ -493,15 +479,11 @@ static void pair_unpack(const struct ft_qgemm *h, const void *rw, int64_t k, voi
     }
 }
 
-/* Type T's (functions named after t) entry points over g_half[FT_TYPE_T]. */
+/* Type T's (functions named after t) layout over g_half[FT_TYPE_T]. */
 #define RW_PAIR(T, t, G, ABLK)                                                                                  \
     static size_t rw_size_##t(int64_t k) { return 2 * g_half[FT_TYPE_##T]->rw_tile_size(k); }                 \
     static void repack_w_##t(const void *w, size_t w_row, int64_t k, void *tile) {                            \
         pair_repack(g_half[FT_TYPE_##T], w, w_row, k, tile);                                                   \
-    }                                                                                                          \
-    static void kernel_rw_##t(const void *tile, const void *a, int64_t k, int n_rows, int n_tok, float *out,  \
-                              int64_t ld) {                                                                    \
-        pair_kernel(g_half[FT_TYPE_##T], tile, a, k, n_rows, n_tok, out, ld);                                  \
     }                                                                                                          \
     static void rw_row_##t(const void *tile, int r, int64_t k, void *row) {                                  \
         pair_row(g_half[FT_TYPE_##T], tile, r, k, row);                                                        \
@@ -510,12 +492,173 @@ static void pair_unpack(const struct ft_qgemm *h, const void *rw, int64_t k, voi
         pair_unpack(g_half[FT_TYPE_##T], rw, k, tile, G, ABLK);                                                \
     }                                                                                                          \
     static size_t a1_size_##t(int64_t k) { return g_half[FT_TYPE_##T]->a1_tile_size(k); }                     \
-    static void pack_a1_##t(const void *a, int64_t k, void *tile) { g_half[FT_TYPE_##T]->pack_a1(a, k, tile); } \
-    static void kernel_rw1_##t(const void *tile, const void *a1, int64_t k, int n_rows, float *out) {        \
-        pair_kernel1(g_half[FT_TYPE_##T], tile, a1, k, n_rows, out);                                           \
-    }
+    static void pack_a1_##t(const void *a, int64_t k, void *tile) { g_half[FT_TYPE_##T]->pack_a1(a, k, tile); }
 RW_PAIR(Q4_0, q4_0, 32, 32)
 RW_PAIR(Q6_K, q6_K, 16, FT_QK_K)
+
+/* Q4_0 on the pair tile with VNNI: per block of 32 elements each half
+ * holds 4 x 32 quant bytes (dword i of vector j: row i's bytes 4j..4j+3,
+ * whose low nibbles are elements 4j.. and high nibbles 16 + 4j..) and its
+ * 8 rows' f16 scales. Vector j of both halves is one zmm of the 16 rows,
+ * split into groups j and 4 + j in registers, then the block is
+ * kernel_tile's Q4_0 block (vpdpbusd from X, times S, times D): the same
+ * integer sums and float steps as on the unpacked tile, so the same floats.
+ * NT tokens of an activation tile of TA tokens (TT, or 1: pack_a1's);
+ * only NT tokens' work is done, so one token costs one token. Each half is
+ * decode's weight stream, prefetched ahead as vec_dot prefetches rows. */
+#define RW_Q4_0_BLOCK (4 * 32 + 2 * HR) /* a half's bytes per block */
+__attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_t *restrict w,
+                                                                    const uint8_t *restrict a, int64_t k, int n_rows,
+                                                                    int n_tok, float *restrict out, int64_t ld,
+                                                                    const int NT, const int TA) {
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(32, 32, TA);
+    const uint8_t *wa = w, *wb = w + (size_t)(k / 32) * RW_Q4_0_BLOCK;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 facc[TT];
+    for (int t = 0; t < NT; t++)
+        facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / 32; b++, a += ab_bytes, wa += RW_Q4_0_BLOCK, wb += RW_Q4_0_BLOCK) {
+        _mm_prefetch((const char *)wa + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wa + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        const uint8_t *D = a + 32 * TA;
+        const uint8_t *X = D + 4 * TA;
+        __m512i acc[TT];
+        for (int t = 0; t < NT; t++)
+            acc[t] = bcast32(X + 4 * t);
+        for (int j = 0; j < 4; j++) {
+            const __m512i Z = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(wa + 32 * j))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(wb + 32 * j)), 1);
+            const __m512i lo = _mm512_and_si512(Z, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Z, 4), m4);
+            for (int t = 0; t < NT; t++) {
+                acc[t] = dpbusd_bcast(acc[t], lo, a + (j * TA + t) * 4);
+                acc[t] = dpbusd_bcast(acc[t], hi, a + ((4 + j) * TA + t) * 4);
+            }
+        }
+        const __m256i h16 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(wa + 4 * 32))),
+            _mm_loadu_si128((const __m128i *)(const void *)(wb + 4 * 32)), 1);
+        const __m512 S = _mm512_cvtph_ps(h16);
+        for (int t = 0; t < NT; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < NT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+static void kernel_rw_q4_0(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    switch (n_tok) {
+    case 1: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 1, TT); break;
+    case 2: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 2, TT); break;
+    case 3: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 3, TT); break;
+    case 4: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 4, TT); break;
+    case 5: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 5, TT); break;
+    case 6: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 6, TT); break;
+    case 7: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 7, TT); break;
+    default: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, TT, TT); break;
+    }
+}
+
+static void kernel_rw1_q4_0(const void *w, const void *a1, int64_t k, int n_rows, float *out) {
+    kernel_rw_q4_0_nt(w, a1, k, n_rows, 1, out, 0, 1, 1);
+}
+
+/* 32 bytes at p of both halves (hb bytes apart) as one zmm: rows 0..7 in
+ * the low 256 bits, 8..15 in the high. */
+static inline __m512i pair256(const uint8_t *p, size_t hb) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
+                              _mm256_loadu_si256((const __m256i *)(const void *)(p + hb)), 1);
+}
+
+/* 16 bytes at p of both halves as one ymm. */
+static inline __m256i pair128(const uint8_t *p, size_t hb) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                                   _mm_loadu_si128((const __m128i *)(const void *)(p + hb)), 1);
+}
+
+/* Q6_K on the pair tile with VNNI. A half's super-block of 256 elements
+ * (avx2_qgemm.c, RW_Q6_K_SUPER): its 8 rows' f16 d, then per sub-block of
+ * 16 elements N0, N1 (low nibbles of groups 0|2, 1|3), H (the high 2 bits
+ * of groups 0..3 at bits 0, 2, 4, 6), 32 bytes each, and the 8 rows' int8
+ * scales. The groups are rebuilt in registers as the avx2 kernel does, the
+ * integer sums start at X (the offset 32 folded in), and each sub-block
+ * adds sum * (d * scale * D), kernel_q6_K_fold's steps on the unpacked
+ * tile: the same floats. */
+#define RW_Q6_K_SUB (3 * 32 + HR)
+#define RW_Q6_K_SUPER (2 * HR + 16 * RW_Q6_K_SUB)
+__attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_t *restrict w,
+                                                                    const uint8_t *restrict a, int64_t k, int n_rows,
+                                                                    int n_tok, float *restrict out, int64_t ld,
+                                                                    const int NT, const int TA) {
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(16, FT_QK_K, TA);
+    const size_t hb = (size_t)(k / FT_QK_K) * RW_Q6_K_SUPER;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512 facc[TT];
+    for (int t = 0; t < NT; t++)
+        facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / FT_QK_K; b++, a += ab_bytes) {
+        const uint8_t *D = a + FT_QK_K * TA;
+        const uint8_t *X = D + 4 * TA;
+        const __m512 d = _mm512_cvtph_ps(pair128(w, hb));
+        w += 2 * HR;
+        __m512 DT[TT];
+        for (int t = 0; t < NT; t++)
+            DT[t] = bcastf(D + 4 * t);
+        for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
+            _mm_prefetch((const char *)w + FT_PREFETCH_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + hb + FT_PREFETCH_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + hb + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+            const __m512i N0 = pair256(w, hb), N1 = pair256(w + 32, hb), H = pair256(w + 64, hb);
+            const __m512i W[4] = {
+                _mm512_or_si512(_mm512_and_si512(N0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
+                _mm512_or_si512(_mm512_and_si512(N1, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(N0, 4), m4), _mm512_and_si512(H, m30)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(N1, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+            const uint8_t *aq = a + (size_t)s * 4 * TA * 4;
+            __m512i acc[TT];
+            for (int t = 0; t < NT; t++)
+                acc[t] = bcast32(X + (s * TA + t) * 4);
+            for (int j = 0; j < 4; j++)
+                for (int t = 0; t < NT; t++)
+                    acc[t] = dpbusd_bcast(acc[t], W[j], aq + (j * TA + t) * 4);
+            uint64_t sa, sb;
+            memcpy(&sa, w + 96, 8);
+            memcpy(&sb, w + hb + 96, 8);
+            const __m512 S = _mm512_mul_ps(
+                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x((long long)sb, (long long)sa))));
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, DT[t]), facc[t]);
+        }
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < NT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+static void kernel_rw_q6_K(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    switch (n_tok) {
+    case 1: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 1, TT); break;
+    case 2: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 2, TT); break;
+    case 3: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 3, TT); break;
+    case 4: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 4, TT); break;
+    case 5: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 5, TT); break;
+    case 6: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 6, TT); break;
+    case 7: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 7, TT); break;
+    default: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, TT, TT); break;
+    }
+}
+
+static void kernel_rw1_q6_K(const void *w, const void *a1, int64_t k, int n_rows, float *out) {
+    kernel_rw_q6_K_nt(w, a1, k, n_rows, 1, out, 0, 1, 1);
+}
 
 #define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
     static const struct ft_qgemm g_##T = {                                                               \
