@@ -507,21 +507,30 @@ RW_PAIR(Q6_K, q6_K, 16, FT_QK_K)
  * only NT tokens' work is done, so one token costs one token. Each half is
  * decode's weight stream, prefetched ahead as vec_dot prefetches rows. */
 #define RW_Q4_0_BLOCK (4 * 32 + 2 * HR) /* a half's bytes per block */
+
+/* A pair tile is two streams, its halves (hb bytes each), read side by
+ * side. A prefetch FT_PREFETCH_DIST ahead of offset off in a half lands
+ * past that half's end near it: in the other half, already on its way.
+ * There it skips hb more, to the same half of the next tile (tiles of a
+ * matrix follow each other; a prefetch past the last one is harmless). */
+static inline size_t pair_prefetch_skip(size_t off, size_t hb) { return off + FT_PREFETCH_DIST >= hb ? hb : 0; }
 __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_t *restrict w,
                                                                     const uint8_t *restrict a, int64_t k, int n_rows,
                                                                     int n_tok, float *restrict out, int64_t ld,
                                                                     const int NT, const int TA) {
     const size_t ab_bytes = ft_qg_ab_bytes_tt(32, 32, TA);
-    const uint8_t *wa = w, *wb = w + (size_t)(k / 32) * RW_Q4_0_BLOCK;
+    const size_t hb = (size_t)(k / 32) * RW_Q4_0_BLOCK;
+    const uint8_t *wa = w, *wb = w + hb;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512 facc[TT];
     for (int t = 0; t < NT; t++)
         facc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 32; b++, a += ab_bytes, wa += RW_Q4_0_BLOCK, wb += RW_Q4_0_BLOCK) {
-        _mm_prefetch((const char *)wa + FT_PREFETCH_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)wa + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)wb + FT_PREFETCH_DIST, _MM_HINT_T0);
-        _mm_prefetch((const char *)wb + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        const size_t skip = pair_prefetch_skip(b * RW_Q4_0_BLOCK, hb);
+        _mm_prefetch((const char *)wa + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wa + skip + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + skip + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
         const uint8_t *D = a + 32 * TA;
         const uint8_t *X = D + 4 * TA;
         __m512i acc[TT];
@@ -597,6 +606,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
                                                                     const int NT, const int TA) {
     const size_t ab_bytes = ft_qg_ab_bytes_tt(16, FT_QK_K, TA);
     const size_t hb = (size_t)(k / FT_QK_K) * RW_Q6_K_SUPER;
+    const uint8_t *const w0 = w;
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512 facc[TT];
     for (int t = 0; t < NT; t++)
@@ -610,10 +620,11 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
         for (int t = 0; t < NT; t++)
             DT[t] = bcastf(D + 4 * t);
         for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
-            _mm_prefetch((const char *)w + FT_PREFETCH_DIST, _MM_HINT_T0);
-            _mm_prefetch((const char *)w + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)w + hb + FT_PREFETCH_DIST, _MM_HINT_T0);
-            _mm_prefetch((const char *)w + hb + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+            const char *pf = (const char *)w + pair_prefetch_skip((size_t)(w - w0), hb) + FT_PREFETCH_DIST;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + hb, _MM_HINT_T0);
+            _mm_prefetch(pf + hb + 64, _MM_HINT_T0);
             const __m512i N0 = pair256(w, hb), N1 = pair256(w + 32, hb), H = pair256(w + 64, hb);
             const __m512i W[4] = {
                 _mm512_or_si512(_mm512_and_si512(N0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
