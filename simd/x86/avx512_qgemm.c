@@ -19,6 +19,11 @@
  * one instruction, which is the tile's layout; the nibble and bit fields
  * are then split lane-wise. The types without one here use the portable
  * packers of simd/qgemm_pack.h.
+ *
+ * Q4_0 and Q6_K are also repacked at load (include/ft/qgemm.h, kernel_rw):
+ * a 16-row tile is two avx2 tiles of 8 rows (their repacker and layout),
+ * which VNNI kernels read for every batch below FT_RW_UNPACK_MIN_TOKENS,
+ * decode of one stream included ("repacked weights" below).
  */
 #include "simd/qgemm_pack.h"
 
