@@ -21,7 +21,8 @@
  * done with vec_dot row by row for comparison; for types repacked at load
  * (kernel_rw), the repacked kernel at 1, 4 and 8 tokens (decode of 1, 4
  * and 8 streams), and at 1 token on the one-token activation tile
- * (kernel_rw1, what decode of one stream runs where the level has it).
+ * (kernel_rw1, what decode of one stream runs where the level has it),
+ * also over 512 MiB of tiles from DRAM ("stream", GB/s of tiles read).
  *
  * Times are the thread's CPU time (best of the repetitions), so other
  * processes on a shared machine disturb them less than wall-clock time.
@@ -44,6 +45,7 @@
 #define ROW 4096
 #define HOT_ROWS 4096
 #define STREAM_BYTES (1ull << 30)
+#define RW_STREAM_BYTES (512ull << 20)
 
 static double now(void) {
     struct timespec ts;
@@ -187,6 +189,24 @@ static void bench_rw(const struct ft_qgemm *g, const uint8_t *w, size_t wr, int 
         }
         printf("%s%.1f", i == 3 ? "  1-token tile " : i ? " / " : "  ", (double)rows * (double)k * nt / best * 1e-9);
     }
+    /* decode's case: the one-token kernel over tiles that come from DRAM
+     * (copies of these, RW_STREAM_BYTES in all), as GB/s of tiles read */
+    uint8_t *big = a1 ? aligned_alloc(64, RW_STREAM_BYTES) : NULL;
+    if (big) {
+        const size_t blk = rs * (size_t)n_wt;
+        const size_t n_blk = RW_STREAM_BYTES / blk;
+        for (size_t i = 0; i < n_blk; i++)
+            memcpy(big + i * blk, rw, blk);
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            const double t0 = now();
+            for (size_t i = 0; i < n_blk * (size_t)n_wt; i++)
+                g->kernel_rw1(big + i * rs, a1, k, g->tile_rows, out + (i % (size_t)n_wt) * (size_t)g->tile_rows);
+            best = best_of(best, now() - t0);
+        }
+        printf("  stream %.1f GB/s", (double)(n_blk * blk) / best * 1e-9);
+    }
+    free(big);
     free(a1);
     free(rw);
 }

@@ -28,8 +28,13 @@ LLAMA_CPP_LIB_DIR=/path/to/llama.cpp/build/bin adds another llama.cpp build
 from LLAMA_CPP_INCLUDE_DIRS (colon-separated) or from the source directory
 recorded in ../CMakeCache.txt.
 
+--isa LIST|all runs FreeToken once per kernel level (as `ft bench --isa`):
+one column per level ("FT avx512", "FT avx2"), each with its ratio to
+llama.cpp, interleaved with the others, so a level slower than a lower
+one shows in the same table; "all" is every SIMD level this CPU runs.
+
 usage: bench/compare_llamacpp.py -m MODEL.gguf [-m ...] [-t 2] [-p 512] [-n 128] [-r 5]
-                                 [--ft build/ft] [--cache DIR] [--json-out FILE]
+                                 [--isa LIST|all] [--ft build/ft] [--cache DIR] [--json-out FILE]
 """
 import argparse
 import datetime
@@ -177,6 +182,26 @@ class Engine:
         return row["samples_ts"][0]
 
 
+# Kernel levels, best first within each architecture (ft's --isa names).
+FT_LEVELS = ["avx512", "avx2", "neon-i8mm", "neon-dotprod", "neon"]
+
+
+def ft_levels(ft_bin, spec):
+    """The levels of --isa SPEC that this CPU runs ("all": every SIMD one), checked with ft itself."""
+    names = FT_LEVELS if spec == "all" else [x for x in spec.split(",") if x]
+    ok = []
+    for name in names:
+        r = subprocess.run([str(ft_bin), "bench", "--hw"], capture_output=True, text=True,
+                           env={**os.environ, "FT_ISA": name})
+        if r.returncode == 0:
+            ok.append(name)
+        elif spec != "all":
+            die(f"--isa {name}: {r.stderr.strip()}")
+    if not ok:
+        die(f"--isa {spec}: no kernel level to run")
+    return ok
+
+
 def fmt_ts(v):
     return f"{v:.2f}"
 
@@ -189,6 +214,7 @@ def main():
     ap.add_argument("-n", "--n-gen", type=int, default=128, help="tgN generated tokens (default 128; 0 = skip)")
     ap.add_argument("-r", "--repetitions", type=int, default=5, help="interleaved runs per engine (default 5)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the random token ids (both engines)")
+    ap.add_argument("--isa", help="FreeToken kernel levels, comma-separated or 'all': a column per level")
     ap.add_argument("--ft", default=os.environ.get("FT_BIN", str(ROOT / "build" / "ft")), help="the ft binary")
     ap.add_argument("--cache", default=os.environ.get("FT_BENCH_CACHE",
                                                       str(pathlib.Path.home() / ".cache" / "freetoken-bench")),
@@ -213,7 +239,12 @@ def main():
     nlc_dir, nlc_bins, nlc_version = ensure_nlc(cache)
     src, commit = ensure_llama_source(nlc_dir, cache)
     nlc_inc = [src / "include", src / "ggml" / "include"]
-    engines = [Engine("FT", "FreeToken", [str(ft_bin), "bench"])]
+    if a.isa:
+        engines = [Engine(f"FT {isa}", f"FreeToken, {isa} kernels", [str(ft_bin), "bench", "--isa", isa])
+                   for isa in ft_levels(ft_bin, a.isa)]
+    else:
+        engines = [Engine("FT", "FreeToken", [str(ft_bin), "bench"])]
+    n_ft = len(engines)
     exe = compile_bench(nlc_bins, nlc_inc, cache)
     engines.append(Engine("llama.cpp", f"llama.cpp: node-llama-cpp {nlc_version} prebuilt ({nlc_bins})",
                           [str(exe), "--backend-dir", str(nlc_bins)]))
@@ -240,10 +271,12 @@ def main():
     # Rows are printed as soon as a model x threads group is done, so a long
     # run that is interrupted still leaves its finished rows.
     ft = engines[0]
+    # ratio columns: every FreeToken level against every llama.cpp build
+    pairs = [(f, r) for r in range(n_ft, len(engines)) for f in range(n_ft)]
     head = "| model | type | threads | test | " + " | ".join(f"{e.label} t/s" for e in engines)
-    head += " | " + " | ".join(f"FT ÷ {e.label}" for e in engines[1:]) + " |"
+    head += " | " + " | ".join(f"{engines[f].label} ÷ {engines[r].label}" for f, r in pairs) + " |"
     print(head)
-    print("|" + " --- |" * 4 + " ---: |" * (2 * len(engines) - 1), flush=True)
+    print("|" + " --- |" * 4 + " ---: |" * (len(engines) + len(pairs)), flush=True)
     results = []
     adjacent_bw = {}  # (model, threads, rep) -> GB/s probed just before that repetition's decode runs
     total = len(a.model) * len(threads) * a.repetitions * len(tests) * len(engines)
@@ -266,7 +299,7 @@ def main():
                 test = f"pp{p}" if p else f"tg{n}"
                 key = (str(model), t, test)
                 meds = [statistics.median(e.samples[key]) for e in engines]
-                ratios = [meds[0] / m if m > 0 else float("nan") for m in meds[1:]]
+                ratios = [meds[f] / meds[r] if meds[r] > 0 else float("nan") for f, r in pairs]
                 cells = [os.path.basename(model), mtype, str(t), test, *map(fmt_ts, meds),
                          *(f"{r:.2f}×" for r in ratios)]
                 print("| " + " | ".join(cells) + " |", flush=True)
@@ -274,7 +307,9 @@ def main():
                        "threads": t, "test": test,
                        "median_ts": {e.label: m for e, m in zip(engines, meds)},
                        "samples_ts": {e.label: e.samples[key] for e in engines},
-                       "ratio_of_medians": {e.label: r for e, r in zip(engines[1:], ratios)}}
+                       "ratio_of_medians": ({engines[r].label: v for (f, r), v in zip(pairs, ratios)} if n_ft == 1 else
+                                            {f"{engines[f].label} / {engines[r].label}": v
+                                             for (f, r), v in zip(pairs, ratios)})}
                 if n:
                     # Decode reads (nearly) every weight once per token: bytes x tokens/s.
                     row["weight_read_gb_per_s"] = {e.label: ft.model_size[str(model)] * m / 1e9
@@ -305,8 +340,9 @@ def main():
     print()
     print(f"Medians of {a.repetitions} runs per engine, interleaved run by run; "
           f"{cpu or platform.machine()}, {os.cpu_count()} CPUs, {datetime.date.today()}.")
-    print(f"- FT: FreeToken {ft_version}, kernels {ft.isa}")
-    for e in engines[1:]:
+    for e in engines[:n_ft]:
+        print(f"- {e.label}: FreeToken {ft_version}, kernels {e.isa}")
+    for e in engines[n_ft:]:
         print(f"- {e.name}, CPU backend {e.isa}")
     print(f"- llama.cpp source {commit[:12]} (node-llama-cpp's bundle); each run loads the model, warms up "
           f"as llama-bench does and times one repetition")

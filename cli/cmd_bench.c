@@ -20,8 +20,11 @@
  * depth's tokens; every repetition gives tokens/s = (n_prompt + n_gen) /
  * time (the depth is not counted), reported as mean ± sample standard
  * deviation. Token ids come from a seeded generator (--seed), so
- * runs evaluate the same tokens. Models are loaded once per thread count
- * (the thread pool belongs to the model). */
+ * runs evaluate the same tokens. Models are loaded once per kernel level and
+ * thread count (the thread pool belongs to the model, and weights are
+ * repacked at load for the level's kernels). With --isa LIST|all the same
+ * tests run once per level, rows labelled by level, so a higher level
+ * slower than a lower one shows in one table. */
 #include "args.h"
 #include "bench_report.h"
 #include "cli.h"
@@ -214,12 +217,56 @@ static int parse_list(const char *opt, const char *s, int lo, int hi, int *out) 
     return n;
 }
 
+/* --isa: the kernel levels to run, best first for "all" (every SIMD level
+ * this CPU runs; the scalar reference only when named, as it is orders of
+ * magnitude slower). The number of levels, or -1 after a message. */
+static int parse_isas(const char *s, enum ft_isa *out) {
+    int n = 0;
+    if (!strcmp(s, "all")) {
+        for (int i = FT_ISA_COUNT - 1; i > FT_ISA_SCALAR; i--)
+            if (ft_isa_supported((enum ft_isa)i))
+                out[n++] = (enum ft_isa)i;
+        if (n == 0)
+            out[n++] = FT_ISA_SCALAR;
+        return n;
+    }
+    char buf[256];
+    if (strlen(s) >= sizeof(buf)) {
+        fprintf(stderr, "ft bench: --isa list too long\n");
+        return -1;
+    }
+    strcpy(buf, s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        enum ft_isa isa;
+        if (ft_isa_parse(tok, &isa) != FT_OK || n == FT_ISA_COUNT) {
+            fprintf(stderr,
+                    "ft bench: --isa expects 'all' or a list of at most %d levels (scalar, avx2, avx512, neon, "
+                    "neon-dotprod, neon-i8mm, auto), got '%s'\n",
+                    FT_ISA_COUNT, s);
+            return -1;
+        }
+        if (!ft_isa_supported(isa)) {
+            fprintf(stderr, "ft bench: --isa %s: this CPU or build cannot run that level (best here: %s)\n", tok,
+                    ft_isa_name(ft_cpu_info()->best));
+            return -1;
+        }
+        out[n++] = isa;
+    }
+    if (n == 0) {
+        fprintf(stderr, "ft bench: --isa expects 'all' or a list of levels, got '%s'\n", s);
+        return -1;
+    }
+    return n;
+}
+
 /* Threads a model gets when -t is absent: one per physical core. */
 static int default_threads(void) { return ft_hw_n_cores(); }
 
 int ft_cmd_bench(int argc, char **argv) {
     struct ft_str_list models = {0};
     const char *p_s = "512", *n_s = "128", *d_s = "0", *np_s = "1", *t_s = NULL, *numa = "off", *fmt_s = "md";
+    const char *isa_s = NULL;
     int reps = 5, n_batch = 2048, numa_node = -1;
     uint64_t seed = 1;
     bool no_warmup = false, hw = false, use_mmap = false;
@@ -235,6 +282,9 @@ int ft_cmd_bench(int argc, char **argv) {
         {"-r", "--repetitions", FT_OPT_INT, &reps, "N", "timed runs per test after the warm-up (default 5)"},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 2048)"},
         {"-o", "--output", FT_OPT_STR, &fmt_s, "FMT", "output format: md (default), csv, json, jsonl"},
+        {NULL, "--isa", FT_OPT_STR, &isa_s, "LIST|all",
+         "kernel levels to compare, e.g. avx512,avx2, or all (every SIMD level this CPU runs); rows per level "
+         "(default: the level in use, FT_ISA or the best)"},
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
@@ -244,13 +294,14 @@ int ft_cmd_bench(int argc, char **argv) {
     };
     const struct ft_cmd_spec spec = {
         "bench",
-        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-np 1] [-r 5] [-t 1,2] [-o md|csv|json]",
+        "ft bench -m MODEL.gguf [-m MODEL2.gguf ...] [-p 512] [-n 128] [-d 0] [-np 1] [-r 5] [-t 1,2] [--isa all] "
+        "[-o md|csv|json]",
         "Measures prefill (ppN: N prompt tokens in one batch) and decode (tgN: N tokens one at a time)\n"
         "throughput in tokens/s, mean ± standard deviation over the repetitions after a warm-up, as\n"
         "llama-bench does; one row per model x threads x depth x test. With -d D a test starts with D\n"
         "tokens already in the KV cache (not timed): \"tg128 @ d4096\" is decode at a 4096-token context.\n"
         "With -np P, P sequences decode together as P requests do in ft serve: \"tg128 x8\" counts the\n"
-        "tokens of all 8.\n"
+        "tokens of all 8. With --isa every test runs once per kernel level, rows labelled by level.\n"
         "JSON and CSV use llama-bench's field names (n_depth too). Progress goes to stderr when it is a terminal.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
     const char *pos[1];
@@ -305,6 +356,11 @@ int ft_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "ft bench: nothing to measure: -p and -n are all 0\n");
         return 2;
     }
+    enum ft_isa isas[FT_ISA_COUNT];
+    int n_isas = 1;
+    isas[0] = ft_cpu_isa();
+    if (isa_s && (n_isas = parse_isas(isa_s, isas)) < 0)
+        return 2;
     struct ft_model_params mp = {0};
     if (bench_set_numa(numa, numa_node, &mp))
         return 2;
@@ -317,7 +373,10 @@ int ft_cmd_bench(int argc, char **argv) {
     }
 
     const struct ft_cpu_info *cpu = ft_cpu_info();
-    const char *isa = ft_simd_isa_name();
+    char isa_names[128] = "";
+    for (int i = 0; i < n_isas; i++)
+        snprintf(isa_names + strlen(isa_names), sizeof(isa_names) - strlen(isa_names), "%s%s", i ? "," : "",
+                 ft_isa_name(isas[i]));
     const struct bench_progress base_pr = {.on = isatty(STDERR_FILENO)};
     uint64_t *samples = malloc(sizeof(uint64_t) * (size_t)reps);
     struct bench_run b = {.n_batch = n_batch, .rng = seed};
@@ -342,7 +401,15 @@ int ft_cmd_bench(int argc, char **argv) {
     bench_report_begin(stdout, fmt);
     for (int mi = 0; mi < models.n && status == 0; mi++) {
         const char *path = models.items[mi];
-        for (int ti = 0; ti < n_threads_list && status == 0; ti++) {
+        for (int li = 0; li < n_isas * n_threads_list && status == 0; li++) {
+            const int ti = li % n_threads_list;
+            const char *isa = ft_isa_name(isas[li / n_threads_list]);
+            /* before the load: weights are repacked for the level in use */
+            if (isa_s && ft_cpu_force_isa(isa) != FT_OK) {
+                fprintf(stderr, "ft bench: %s\n", ft_cpu_error());
+                status = 1;
+                break;
+            }
             mp.n_threads = threads[ti];
             ft_clear_error();
             int rc = ft_model_load(path, &mp, &b.m);
@@ -404,7 +471,7 @@ int ft_cmd_bench(int argc, char **argv) {
         }
     }
     char footer[256];
-    snprintf(footer, sizeof(footer), "ft %s, kernels %s, %s", FT_CLI_VERSION, isa,
+    snprintf(footer, sizeof(footer), "ft %s, kernels %s, %s", FT_CLI_VERSION, isa_names,
              cpu->model[0] ? cpu->model : cpu->arch);
     bench_report_end(stdout, fmt, footer);
     free(samples);

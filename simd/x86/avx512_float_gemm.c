@@ -255,9 +255,13 @@ static inline __attribute__((always_inline)) void small_tile(enum ft_type wt, co
             acc[r][t] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < k; kk += 16) {
         __m512 wv[4];
+        /* R rows are R streams side by side: a prefetch that runs past the
+         * end of its row would land in the next row of the tile (already
+         * streaming), so it skips to the same row of the next tile */
+        const size_t skip = (size_t)kk * esz + FT_PREFETCH_DIST >= (size_t)k * esz ? (size_t)(R - 1) * w_row : 0;
         for (int r = 0; r < R; r++) {
             const char *wr = w + (size_t)(r < rv ? r : 0) * w_row + (size_t)kk * esz;
-            _mm_prefetch(wr + FT_PREFETCH_DIST, _MM_HINT_T0);
+            _mm_prefetch(wr + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
             wv[r] = load_w16(wt, wr, k - kk);
         }
         for (int t = 0; t < T; t++) {

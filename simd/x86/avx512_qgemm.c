@@ -19,6 +19,11 @@
  * one instruction, which is the tile's layout; the nibble and bit fields
  * are then split lane-wise. The types without one here use the portable
  * packers of simd/qgemm_pack.h.
+ *
+ * Q4_0 and Q6_K are also repacked at load (include/ft/qgemm.h, kernel_rw):
+ * a 16-row tile is two avx2 tiles of 8 rows (their repacker and layout),
+ * which VNNI kernels read for every batch below FT_RW_UNPACK_MIN_TOKENS,
+ * decode of one stream included ("repacked weights" below).
  */
 #include "simd/qgemm_pack.h"
 
@@ -52,11 +57,15 @@ static inline __m512 bcastf(const uint8_t *p) {
 }
 
 /* G: sub-block size; ABLK: activation block; MINS: M per sub-block times
- * the float X; XINT: X is the int32 start of each integer sum. */
+ * the float X; XINT: X is the int32 start of each integer sum; FOLD (no
+ * MINS): D is folded into each sub-block's scale (S * D) as the avx2 level
+ * does, instead of scaling the block's partial sums once, so that the tiles
+ * unpacked from avx2's repacked ones give exactly the floats its kernel_rw
+ * gives for the same weights (one more multiply per sub-block and token). */
 __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *restrict w, const uint8_t *restrict a,
                                                               int64_t k, int n_rows, int n_tok, float *restrict out,
                                                               int64_t ld, const int G, const int ABLK, const int MINS,
-                                                              const int XINT) {
+                                                              const int XINT, const int FOLD) {
     const int nsub = ABLK / G;
     const int ngrp = G / 4;
     const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
@@ -87,6 +96,9 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
                     for (int t = 0; t < TT; t++)
                         facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
                 }
+            } else if (FOLD) {
+                for (int t = 0; t < TT; t++)
+                    facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
             } else {
                 for (int t = 0; t < TT; t++)
                     part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
@@ -98,7 +110,7 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
                 }
             }
         }
-        if (nsub > 1)
+        if (nsub > 1 && !FOLD)
             for (int t = 0; t < TT; t++)
                 facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
     }
@@ -108,15 +120,16 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }
 
-#define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
+#define KERNEL(name, G, ABLK, MINS, XINT, FOLD)                                                              \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
-        kernel_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT);                                   \
+        kernel_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD);                             \
     }
-KERNEL(kernel_q8_0_class, 32, 32, 0, 1) /* Q8_0, Q4_0, Q5_0 */
-KERNEL(kernel_q4_1_class, 32, 32, 1, 0) /* Q4_1, Q5_1 */
-KERNEL(kernel_k32_mins, 32, 256, 1, 0)  /* Q4_K, Q5_K */
-KERNEL(kernel_k16_mins, 16, 256, 1, 0)  /* Q2_K */
-KERNEL(kernel_k16_offset, 16, 256, 0, 1) /* Q3_K, Q6_K */
+KERNEL(kernel_q8_0_class, 32, 32, 0, 1, 0)   /* Q8_0, Q4_0, Q5_0 */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)   /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)    /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)    /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 1, 0)  /* Q3_K */
+KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)   /* Q6_K, repacked as on avx2 */
 
 /* ---- gather packers -------------------------------------------------------------------- */
 
@@ -417,13 +430,267 @@ SIZES(size_k32_mins, 32, 256, 1)
 SIZES(size_k16_mins, 16, 256, 1)
 SIZES(size_k16_offset, 16, 256, 0)
 
+/* ---- repacked weights: the avx2 level's tiles, two to a tile of 16 rows ---------------- *
+ *
+ * The types the avx2 level repacks at load (Q4_0, Q6_K) are repacked the
+ * same way here, 8 rows at a time, and a tile of 16 rows is two avx2 tiles
+ * one after the other. Batches below FT_RW_UNPACK_MIN_TOKENS (decode of one
+ * or a few requests) run the avx2 level's kernel_rw / kernel_rw1 on each
+ * half: without repacked tiles this level unpacked the weights in every
+ * product of 4 or more tokens and read them with vec_dot below that
+ * (Llama 3.2 1B Q4_0, 2 threads, tg: 37 tokens/s against avx2's 64).
+ * Larger batches unpack both halves into this level's 16-row tile for the
+ * VNNI kernel. The activation tiles are the same bytes on both levels
+ * (ft_qg_pack_a / ft_qg_pack_a1 with the same parameters). */
+
+/* The avx2 level's entries of the types it repacks (ft_qgemm_fill_avx512). */
+static const struct ft_qgemm *g_half[FT_TYPE_COUNT];
+#define HR 8 /* rows of an avx2 tile */
+
+static void pair_repack(const struct ft_qgemm *h, const void *w, size_t w_row, int64_t k, void *tile) {
+    h->repack_w(w, w_row, k, tile);
+    h->repack_w((const uint8_t *)w + HR * w_row, w_row, k, (uint8_t *)tile + h->rw_tile_size(k));
+}
+
+static void pair_row(const struct ft_qgemm *h, const void *tile, int r, int64_t k, void *row) {
+    if (r < HR)
+        h->rw_row(tile, r, k, row);
+    else
+        h->rw_row((const uint8_t *)tile + h->rw_tile_size(k), r - HR, k, row);
+}
+
+/* Both halves, a block of ABLK elements at a time, through the avx2 level's
+ * unpack_rw into its 8-row tiles, then interleaved into this level's: per
+ * sub-block of G, group j of the 16 rows is the halves' groups j one after
+ * the other, and so are the scales (no mins: Q4_0 and Q6_K have none). */
+static void pair_unpack(const struct ft_qgemm *h, const void *rw, int64_t k, void *tile, const int G,
+                        const int ABLK) {
+    enum { MAX_HALF = 16 * (16 * HR + 4 * HR) }; /* ft_qg_w_tile_bytes(HR, 16, 0, 256), the largest */
+    _Alignas(64) uint8_t un[2][MAX_HALF];
+    const size_t half = h->rw_tile_size(k), rb = h->rw_tile_size(ABLK);
+    const size_t sb8 = ft_qg_sb_bytes(HR, G, 0), sb16 = ft_qg_sb_bytes(TR, G, 0);
+    const uint8_t *src = rw;
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / ABLK; b++) {
+        for (int i = 0; i < 2; i++)
+            h->unpack_rw(src + (size_t)i * half + (size_t)b * rb, ABLK, un[i]);
+        for (int s = 0; s < ABLK / G; s++, o += sb16)
+            for (int i = 0; i < 2; i++) {
+                const uint8_t *u = un[i] + (size_t)s * sb8;
+                for (int j = 0; j < G / 4; j++)
+                    memcpy(o + 64 * j + 32 * i, u + 32 * j, 32);
+                memcpy(o + G * TR + 32 * i, u + G * HR, 32);
+            }
+    }
+}
+
+/* Type T's (functions named after t) layout over g_half[FT_TYPE_T]. */
+#define RW_PAIR(T, t, G, ABLK)                                                                                  \
+    static size_t rw_size_##t(int64_t k) { return 2 * g_half[FT_TYPE_##T]->rw_tile_size(k); }                 \
+    static void repack_w_##t(const void *w, size_t w_row, int64_t k, void *tile) {                            \
+        pair_repack(g_half[FT_TYPE_##T], w, w_row, k, tile);                                                   \
+    }                                                                                                          \
+    static void rw_row_##t(const void *tile, int r, int64_t k, void *row) {                                  \
+        pair_row(g_half[FT_TYPE_##T], tile, r, k, row);                                                        \
+    }                                                                                                          \
+    static void unpack_rw_##t(const void *rw, int64_t k, void *tile) {                                        \
+        pair_unpack(g_half[FT_TYPE_##T], rw, k, tile, G, ABLK);                                                \
+    }                                                                                                          \
+    static size_t a1_size_##t(int64_t k) { return g_half[FT_TYPE_##T]->a1_tile_size(k); }                     \
+    static void pack_a1_##t(const void *a, int64_t k, void *tile) { g_half[FT_TYPE_##T]->pack_a1(a, k, tile); }
+RW_PAIR(Q4_0, q4_0, 32, 32)
+RW_PAIR(Q6_K, q6_K, 16, FT_QK_K)
+
+/* Q4_0 on the pair tile with VNNI: per block of 32 elements each half
+ * holds 4 x 32 quant bytes (dword i of vector j: row i's bytes 4j..4j+3,
+ * whose low nibbles are elements 4j.. and high nibbles 16 + 4j..) and its
+ * 8 rows' f16 scales. Vector j of both halves is one zmm of the 16 rows,
+ * split into groups j and 4 + j in registers, then the block is
+ * kernel_tile's Q4_0 block (vpdpbusd from X, times S, times D): the same
+ * integer sums and float steps as on the unpacked tile, so the same floats.
+ * NT tokens of an activation tile of TA tokens (TT, or 1: pack_a1's);
+ * only NT tokens' work is done, so one token costs one token. Each half is
+ * decode's weight stream, prefetched ahead as vec_dot prefetches rows. */
+#define RW_Q4_0_BLOCK (4 * 32 + 2 * HR) /* a half's bytes per block */
+
+/* A pair tile is two streams, its halves (hb bytes each), read side by
+ * side. A prefetch FT_PREFETCH_DIST ahead of offset off in a half lands
+ * past that half's end near it: in the other half, already on its way.
+ * There it skips hb more, to the same half of the next tile (tiles of a
+ * matrix follow each other; a prefetch past the last one is harmless). */
+static inline size_t pair_prefetch_skip(size_t off, size_t hb) { return off + FT_PREFETCH_DIST >= hb ? hb : 0; }
+__attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_t *restrict w,
+                                                                    const uint8_t *restrict a, int64_t k, int n_rows,
+                                                                    int n_tok, float *restrict out, int64_t ld,
+                                                                    const int NT, const int TA) {
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(32, 32, TA);
+    const size_t hb = (size_t)(k / 32) * RW_Q4_0_BLOCK;
+    const uint8_t *wa = w, *wb = w + hb;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 facc[TT];
+    for (int t = 0; t < NT; t++)
+        facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / 32; b++, a += ab_bytes, wa += RW_Q4_0_BLOCK, wb += RW_Q4_0_BLOCK) {
+        const size_t skip = pair_prefetch_skip(b * RW_Q4_0_BLOCK, hb);
+        _mm_prefetch((const char *)wa + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wa + skip + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)wb + skip + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
+        const uint8_t *D = a + 32 * TA;
+        const uint8_t *X = D + 4 * TA;
+        __m512i acc[TT];
+        for (int t = 0; t < NT; t++)
+            acc[t] = bcast32(X + 4 * t);
+        for (int j = 0; j < 4; j++) {
+            const __m512i Z = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(wa + 32 * j))),
+                _mm256_loadu_si256((const __m256i *)(const void *)(wb + 32 * j)), 1);
+            const __m512i lo = _mm512_and_si512(Z, m4);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Z, 4), m4);
+            for (int t = 0; t < NT; t++) {
+                acc[t] = dpbusd_bcast(acc[t], lo, a + (j * TA + t) * 4);
+                acc[t] = dpbusd_bcast(acc[t], hi, a + ((4 + j) * TA + t) * 4);
+            }
+        }
+        const __m256i h16 = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(wa + 4 * 32))),
+            _mm_loadu_si128((const __m128i *)(const void *)(wb + 4 * 32)), 1);
+        const __m512 S = _mm512_cvtph_ps(h16);
+        for (int t = 0; t < NT; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < NT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+static void kernel_rw_q4_0(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    switch (n_tok) {
+    case 1: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 1, TT); break;
+    case 2: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 2, TT); break;
+    case 3: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 3, TT); break;
+    case 4: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 4, TT); break;
+    case 5: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 5, TT); break;
+    case 6: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 6, TT); break;
+    case 7: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, 7, TT); break;
+    default: kernel_rw_q4_0_nt(w, a, k, n_rows, n_tok, out, ld, TT, TT); break;
+    }
+}
+
+static void kernel_rw1_q4_0(const void *w, const void *a1, int64_t k, int n_rows, float *out) {
+    kernel_rw_q4_0_nt(w, a1, k, n_rows, 1, out, 0, 1, 1);
+}
+
+/* 32 bytes at p of both halves (hb bytes apart) as one zmm: rows 0..7 in
+ * the low 256 bits, 8..15 in the high. */
+static inline __m512i pair256(const uint8_t *p, size_t hb) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)p)),
+                              _mm256_loadu_si256((const __m256i *)(const void *)(p + hb)), 1);
+}
+
+/* 16 bytes at p of both halves as one ymm. */
+static inline __m256i pair128(const uint8_t *p, size_t hb) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                                   _mm_loadu_si128((const __m128i *)(const void *)(p + hb)), 1);
+}
+
+/* Q6_K on the pair tile with VNNI. A half's super-block of 256 elements
+ * (avx2_qgemm.c, RW_Q6_K_SUPER): its 8 rows' f16 d, then per sub-block of
+ * 16 elements N0, N1 (low nibbles of groups 0|2, 1|3), H (the high 2 bits
+ * of groups 0..3 at bits 0, 2, 4, 6), 32 bytes each, and the 8 rows' int8
+ * scales. The groups are rebuilt in registers as the avx2 kernel does, the
+ * integer sums start at X (the offset 32 folded in), and each sub-block
+ * adds sum * (d * scale * D), kernel_q6_K_fold's steps on the unpacked
+ * tile: the same floats. */
+#define RW_Q6_K_SUB (3 * 32 + HR)
+#define RW_Q6_K_SUPER (2 * HR + 16 * RW_Q6_K_SUB)
+__attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_t *restrict w,
+                                                                    const uint8_t *restrict a, int64_t k, int n_rows,
+                                                                    int n_tok, float *restrict out, int64_t ld,
+                                                                    const int NT, const int TA) {
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(16, FT_QK_K, TA);
+    const size_t hb = (size_t)(k / FT_QK_K) * RW_Q6_K_SUPER;
+    const uint8_t *const w0 = w;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512 facc[TT];
+    for (int t = 0; t < NT; t++)
+        facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / FT_QK_K; b++, a += ab_bytes) {
+        const uint8_t *D = a + FT_QK_K * TA;
+        const uint8_t *X = D + 4 * TA;
+        const __m512 d = _mm512_cvtph_ps(pair128(w, hb));
+        w += 2 * HR;
+        __m512 DT[TT];
+        for (int t = 0; t < NT; t++)
+            DT[t] = bcastf(D + 4 * t);
+        for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
+            const char *pf = (const char *)w + pair_prefetch_skip((size_t)(w - w0), hb) + FT_PREFETCH_DIST;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + hb, _MM_HINT_T0);
+            _mm_prefetch(pf + hb + 64, _MM_HINT_T0);
+            const __m512i N0 = pair256(w, hb), N1 = pair256(w + 32, hb), H = pair256(w + 64, hb);
+            const __m512i W[4] = {
+                _mm512_or_si512(_mm512_and_si512(N0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m30)),
+                _mm512_or_si512(_mm512_and_si512(N1, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m30)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(N0, 4), m4), _mm512_and_si512(H, m30)),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(N1, 4), m4),
+                                _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
+            const uint8_t *aq = a + (size_t)s * 4 * TA * 4;
+            __m512i acc[TT];
+            for (int t = 0; t < NT; t++)
+                acc[t] = bcast32(X + (s * TA + t) * 4);
+            for (int j = 0; j < 4; j++)
+                for (int t = 0; t < NT; t++)
+                    acc[t] = dpbusd_bcast(acc[t], W[j], aq + (j * TA + t) * 4);
+            uint64_t sa, sb;
+            memcpy(&sa, w + 96, 8);
+            memcpy(&sb, w + hb + 96, 8);
+            const __m512 S = _mm512_mul_ps(
+                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x((long long)sb, (long long)sa))));
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, DT[t]), facc[t]);
+        }
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < NT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+static void kernel_rw_q6_K(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    switch (n_tok) {
+    case 1: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 1, TT); break;
+    case 2: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 2, TT); break;
+    case 3: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 3, TT); break;
+    case 4: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 4, TT); break;
+    case 5: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 5, TT); break;
+    case 6: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 6, TT); break;
+    case 7: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, 7, TT); break;
+    default: kernel_rw_q6_K_nt(w, a, k, n_rows, n_tok, out, ld, TT, TT); break;
+    }
+}
+
+static void kernel_rw1_q6_K(const void *w, const void *a1, int64_t k, int n_rows, float *out) {
+    kernel_rw_q6_K_nt(w, a1, k, n_rows, 1, out, 0, 1, 1);
+}
+
 #define ENTRY(T, ACT, SZ, PW, PA, KER)                                                           \
     static const struct ft_qgemm g_##T = {                                                               \
         .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
         .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
         .kernel = KER};
+/* A type repacked at load (RW_PAIR), its functions named after t. */
+#define ENTRY_RW(T, t, ACT, SZ, PW, PA, KER)                                                                  \
+    static const struct ft_qgemm g_##T = {                                                                    \
+        .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,                   \
+        .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA,  \
+        .kernel = KER, .rw_tile_size = rw_size_##t, .repack_w = repack_w_##t, .kernel_rw = kernel_rw_##t,     \
+        .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t, .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t, \
+        .kernel_rw1 = kernel_rw1_##t};
 ENTRY(Q8_0, Q8_0, size_q8_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0_class)
-ENTRY(Q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
+ENTRY_RW(Q4_0, q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
 ENTRY(Q5_0, Q8_0, size_q8_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q8_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
@@ -431,9 +698,17 @@ ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
-ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
+ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_q6_K_fold)
+
+void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
 void ft_qgemm_fill_avx512(const struct ft_qgemm **t) {
+    /* the avx2 entries under RW_PAIR's types (AVX-512 implies AVX2; avx2_qgemm.c
+     * repacks both, and test_qgemm runs every entry of this level) */
+    const struct ft_qgemm *avx2[FT_TYPE_COUNT] = {0};
+    ft_qgemm_fill_avx2(avx2);
+    g_half[FT_TYPE_Q4_0] = avx2[FT_TYPE_Q4_0];
+    g_half[FT_TYPE_Q6_K] = avx2[FT_TYPE_Q6_K];
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;

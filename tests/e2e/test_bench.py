@@ -386,3 +386,52 @@ def test_bench_missing_model(ft, tmp_path):
     assert r.returncode == 1
     assert one_error_line(r) and b"missing.gguf" in r.stderr
     assert json.loads(r.stdout) == []  # the JSON array is still closed
+
+
+def _levels(ft):
+    """The best kernel level here, from the --hw report ("isa: ... (best here: avx512; ...")."""
+    out = ft("bench", "--hw").stdout.decode()
+    return re.search(r"best here: ([a-z0-9-]+)", out).group(1)
+
+
+def test_bench_isa_all(ft, tiny_model):
+    # --isa all: the same tests once per SIMD level this CPU runs, best first, rows labelled
+    # by level (so a higher level slower than a lower one shows in one table)
+    best = _levels(ft)
+    r = ft("bench", "-m", tiny_model, "-r", "1", "-p", "8", "-n", "2", "-np", "1,2", "-t", "1", "--isa", "all",
+           "--no-warmup", "-o", "jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in r.stdout.decode().splitlines()]
+    levels = list(dict.fromkeys(x["isa"] for x in rows))
+    assert levels[0] == best and "scalar" not in levels
+    order = {"avx512": ["avx512", "avx2"], "avx2": ["avx2"], "neon-i8mm": ["neon-i8mm", "neon-dotprod", "neon"],
+             "neon-dotprod": ["neon-dotprod", "neon"], "neon": ["neon"]}
+    if best in order:
+        assert levels == order[best]
+    assert [(x["isa"], x["test"]) for x in rows] == [(l, t) for l in levels for t in ("pp8", "tg2", "tg2 x2")]
+    # a list names the levels and their order; the markdown labels rows and the footer lists them
+    md = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "2", "-t", "1", "--isa", f"scalar,{best}",
+            "--no-warmup")
+    assert md.returncode == 0, md.stderr
+    lines = md.stdout.decode().strip().splitlines()
+    assert [[c.strip() for c in l.strip("|").split("|")][4] for l in lines[2:4]] == ["scalar", best]
+    assert f"kernels scalar,{best}" in lines[-1]
+    # without --isa, the level in use (FT_ISA) labels the rows
+    env = ft("bench", "-m", tiny_model, "-r", "1", "-p", "0", "-n", "2", "-t", "1", "--no-warmup", "-o", "jsonl",
+             env={"FT_ISA": "scalar"})
+    assert env.returncode == 0, env.stderr
+    assert [json.loads(l)["isa"] for l in env.stdout.decode().splitlines()] == ["scalar"]
+
+
+@pytest.mark.parametrize("isa", ["bogus", ",", "avx2,nope"])
+def test_bench_isa_bad(ft, tiny_model, isa):
+    r = ft("bench", "-m", tiny_model, "--isa", isa)
+    assert r.returncode == 2, r.stderr
+    assert one_error_line(r), r.stderr
+
+
+def test_bench_isa_unsupported(ft, tiny_model):
+    # a level this CPU (or build) cannot run is an argument error, named in the message
+    lacking = "neon" if _levels(ft).startswith("avx") else "avx2"
+    r = ft("bench", "-m", tiny_model, "--isa", lacking)
+    assert r.returncode == 2 and one_error_line(r) and lacking.encode() in r.stderr
