@@ -16,7 +16,7 @@
 # it with the intrinsic.
 #
 # ft_simd_sources(<out-var> <out-defs-var>): the source list and the compile
-# definitions (FT_SIMD_X86 / FT_SIMD_ARM) that tell simd/types.c and
+# definitions (FT_SIMD_X86 / FT_SIMD_ARM) that tell simd/levels.c and
 # simd/cpu_detect.c which kernel files are linked in.
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64|x64)$")

@@ -11,6 +11,8 @@
 
 #include "ft/common.h"
 
+#include "level.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -146,47 +148,16 @@ static void detect_arm(struct ft_cpu_info *c) {
 
 /* ---- levels ------------------------------------------------------------------ */
 
-/* The CPU has what the level's kernel file was compiled for (see
- * cmake/FtSimd.cmake for the flags). */
+/* The CPU has what the level's kernel files were compiled for, and what
+ * every level under it needs (simd/levels.c: the descriptors). */
 static bool cpu_has(const struct ft_cpu_info *c, enum ft_isa isa) {
-    switch (isa) {
-    case FT_ISA_SCALAR:
-        return true;
-    case FT_ISA_AVX2:
-        return c->avx && c->avx2 && c->fma && c->f16c;
-    case FT_ISA_AVX512:
-        return cpu_has(c, FT_ISA_AVX2) && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq &&
-               c->avx512_vnni;
-    case FT_ISA_NEON:
-        return c->asimd;
-    case FT_ISA_NEON_DOTPROD:
-        return c->asimd && c->dotprod;
-    case FT_ISA_NEON_I8MM:
-        return c->asimd && c->dotprod && c->i8mm;
-    default:
+    const struct ft_level_desc *d = ft_level_desc_get(isa);
+    if (!d || !d->runs(c))
         return false;
-    }
+    return d->base == isa || cpu_has(c, d->base);
 }
 
-static bool linked_in(enum ft_isa isa) {
-    switch (isa) {
-    case FT_ISA_SCALAR:
-        return true;
-#ifdef FT_SIMD_X86
-    case FT_ISA_AVX2:
-    case FT_ISA_AVX512:
-        return true;
-#endif
-#ifdef FT_SIMD_ARM
-    case FT_ISA_NEON:
-    case FT_ISA_NEON_DOTPROD:
-    case FT_ISA_NEON_I8MM:
-        return true;
-#endif
-    default:
-        return false;
-    }
-}
+static bool linked_in(enum ft_isa isa) { return ft_level_desc_get(isa) != NULL; }
 
 static void detect_once(void) {
     struct ft_cpu_info *c = &g_cpu;
@@ -243,24 +214,6 @@ bool ft_isa_supported(enum ft_isa isa) {
     return linked_in(isa) && cpu_has(ft_cpu_info(), isa);
 }
 
-/* What a level needs, for the error message. */
-static const char *isa_requirements(enum ft_isa isa) {
-    switch (isa) {
-    case FT_ISA_AVX2:
-        return "x86-64 with AVX2, FMA and F16C";
-    case FT_ISA_AVX512:
-        return "x86-64 with AVX2, FMA, F16C, AVX-512 F/BW/VL/DQ and AVX512_VNNI";
-    case FT_ISA_NEON:
-        return "aarch64 with ASIMD";
-    case FT_ISA_NEON_DOTPROD:
-        return "aarch64 with ASIMD and dotprod";
-    case FT_ISA_NEON_I8MM:
-        return "aarch64 with ASIMD, dotprod and i8mm";
-    default:
-        return "nothing";
-    }
-}
-
 /* Validate a level name; FT_OK and *out, or an error with g_error set.
  * `what` names the source of the request ("FT_ISA", "--isa"). */
 static int resolve(const char *what, const char *name, enum ft_isa *out) {
@@ -274,9 +227,14 @@ static int resolve(const char *what, const char *name, enum ft_isa *out) {
     }
     if (!ft_isa_supported(isa)) {
         const struct ft_cpu_info *c = ft_cpu_info();
-        snprintf(g_error, sizeof(g_error), "%s=%s: %s cannot run it (needs %s%s); best here is %s", what, name,
-                 linked_in(isa) ? "this CPU" : "this build", isa_requirements(isa),
-                 linked_in(isa) ? "" : " kernels compiled in", k_isa_names[c->best]);
+        if (linked_in(isa))
+            snprintf(g_error, sizeof(g_error), "%s=%s: this CPU cannot run it (needs %s); best here is %s", what,
+                     name, ft_level_desc_get(isa)->needs, k_isa_names[c->best]);
+        else
+            snprintf(g_error, sizeof(g_error),
+                     "%s=%s: this build cannot run it (its kernels are compiled for another architecture); best "
+                     "here is %s",
+                     what, name, k_isa_names[c->best]);
         return FT_EUNSUPPORTED;
     }
     *out = isa;

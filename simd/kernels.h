@@ -2,9 +2,10 @@
  * share. Internal to simd/: other layers reach the kernels through the type
  * table (ft_type_traits(), include/ft/types.h).
  *
- * Each kernel file exports one function that overwrites, in a copy of the
- * reference table, the slots it has faster versions of; simd/types.c calls
- * it once, and only when ft_isa_supported() says the CPU can run that file.
+ * Each kernel file exports one fill function (simd/level.h) that overwrites,
+ * in its level's tables, the slots it has faster versions of; simd/levels.c
+ * calls it once, and only when ft_isa_supported() says the CPU can run that
+ * level.
  *
  * The contract every kernel keeps (tested by tests/unit/test_simd_kernels.c):
  *   from_float: the SAME bytes as the reference quantizer for finite input
@@ -34,22 +35,6 @@
  * matrix are contiguous, so running past the end of a row fetches the next
  * one (prefetches never fault). */
 #define FT_PREFETCH_DIST 4096
-
-void ft_simd_fill_avx2(struct ft_type_info *table);
-/* have_bf16: the CPU has AVX512_BF16 (vdpbf16ps) */
-void ft_simd_fill_avx512(struct ft_type_info *table, int have_bf16);
-void ft_simd_fill_neon(struct ft_type_info *table);
-void ft_simd_fill_neon_dotprod(struct ft_type_info *table);
-
-/* Float-op tables (include/ft/ops.h), filled over a copy of the scalar one. */
-struct ft_float_kernels;
-void ft_simd_fill_avx2_gemm(struct ft_float_kernels *t);
-void ft_simd_fill_avx2_attn(struct ft_float_kernels *t);
-void ft_simd_fill_avx2_ops(struct ft_float_kernels *t);
-/* use_bf16_dp: BF16 weights through vdpbf16ps (needs AVX512_BF16). */
-void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int use_bf16_dp);
-void ft_simd_fill_avx512_attn(struct ft_float_kernels *t);
-void ft_simd_fill_avx512_ops(struct ft_float_kernels *t);
 
 /* Unpacked sub-block scales of a K-quant block, 16 bytes as four
  * little-endian 32-bit words. Kernels turn them into a vector with

@@ -4,10 +4,9 @@
  * vec_dot_type pairs each weight type with the activation format ggml uses
  * for it, so our quantized matmuls round activations as llama.cpp does.
  *
- * Per kernel level (include/ft/cpu.h) there is a copy of the table in which
- * the level's kernel file has replaced the slots it has faster versions of.
- * The copies are filled once (pthread_once) for every level this CPU can
- * run; ft_type_traits() returns the one of the level in use. */
+ * Each kernel level (simd/level.h) holds a copy of this table in which its
+ * kernel files have replaced the slots they have faster versions of;
+ * ft_type_traits() returns the one of the level in use (simd/levels.c). */
 #include "ft/cpu.h"
 #include "ft/types.h"
 
@@ -15,10 +14,8 @@
 #include "kernels.h"
 #include "quant_ref.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <string.h>
 
 /* A type we only know the size of. */
 #define T(id, nm, bs, ts, q) [id] = {.name = nm, .blck_size = bs, .type_size = ts, .is_quantized = q}
@@ -92,64 +89,6 @@ const struct ft_type_info *ft_type_info(enum ft_type t) {
 }
 
 const struct ft_type_info *ft_type_traits_ref(enum ft_type t) { return ft_type_info(t); }
-
-static struct ft_type_info g_tables[FT_ISA_COUNT][FT_TYPE_COUNT];
-static bool g_have_table[FT_ISA_COUNT];
-static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
-
-static void tables_init(void) {
-    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
-        if (!ft_isa_supported((enum ft_isa)isa))
-            continue;
-        memcpy(g_tables[isa], g_info, sizeof(g_info));
-        switch ((enum ft_isa)isa) {
-#ifdef FT_SIMD_X86
-        case FT_ISA_AVX2:
-            ft_simd_fill_avx2(g_tables[isa]);
-            break;
-        case FT_ISA_AVX512:
-            ft_simd_fill_avx512(g_tables[isa], ft_cpu_info()->avx512_bf16);
-            break;
-#endif
-#ifdef FT_SIMD_ARM
-        case FT_ISA_NEON:
-            ft_simd_fill_neon(g_tables[isa]);
-            break;
-        case FT_ISA_NEON_DOTPROD:
-        case FT_ISA_NEON_I8MM: /* i8mm adds only a GEMM (simd/qgemm.c) */
-            ft_simd_fill_neon_dotprod(g_tables[isa]);
-            break;
-#endif
-        default:
-            break;
-        }
-        /* a level that replaces vec_dot (or from_float) without a separate
-         * single-row dot (or activation quantizer) uses it for both */
-        for (int t = 0; t < FT_TYPE_COUNT; t++) {
-            struct ft_type_info *ti = &g_tables[isa][t];
-            if (ti->vec_dot != g_info[t].vec_dot && ti->vec_dot_gemv == g_info[t].vec_dot_gemv)
-                ti->vec_dot_gemv = ti->vec_dot;
-            if (ti->from_float != g_info[t].from_float && ti->from_float_act == g_info[t].from_float_act &&
-                g_info[t].from_float_act == g_info[t].from_float)
-                ti->from_float_act = ti->from_float;
-        }
-        g_have_table[isa] = true;
-    }
-}
-
-const struct ft_type_info *ft_type_traits_isa(enum ft_type t, enum ft_isa isa) {
-    if (!ft_type_info(t) || (unsigned)isa >= FT_ISA_COUNT)
-        return NULL;
-    pthread_once(&g_tables_once, tables_init);
-    return g_have_table[isa] ? &g_tables[isa][t] : NULL;
-}
-
-const struct ft_type_info *ft_type_traits(enum ft_type t) {
-    if (!ft_type_info(t))
-        return NULL;
-    pthread_once(&g_tables_once, tables_init);
-    return &g_tables[ft_cpu_isa()][t];
-}
 
 const char *ft_simd_isa_name(void) { return ft_isa_name(ft_cpu_isa()); }
 

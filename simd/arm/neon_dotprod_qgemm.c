@@ -19,6 +19,7 @@
  * CPUs with i8mm use neon_i8mm_qgemm.c instead (smmla on tiles of group
  * width 8), which gives the same floats.
  */
+#include "simd/level.h"
 #include "simd/qgemm_pack.h"
 
 #include <arm_neon.h>
@@ -30,7 +31,6 @@
 /* Batches from 4 tokens, as on AVX-512 (not measured on ARM hardware). */
 #define MIN_TOKENS 4
 
-void ft_qgemm_fill_neon_dotprod(const struct ft_qgemm **table);
 
 static inline float ldf(const uint8_t *p) {
     float f;
@@ -176,7 +176,8 @@ ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
 
-void ft_qgemm_fill_neon_dotprod(const struct ft_qgemm **t) {
+void ft_neon_dotprod_qgemm_fill(struct ft_level *l) {
+    const struct ft_qgemm **t = l->qgemm;
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;

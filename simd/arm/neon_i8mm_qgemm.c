@@ -20,6 +20,7 @@
  * smmla is signed x signed like sdot: the unsigned quants of every type but
  * Q8_0 are at most 63, and Q8_0 keeps its signed weight bytes (offset 0).
  */
+#include "simd/level.h"
 #include "simd/qgemm_pack.h"
 
 #include <arm_neon.h>
@@ -34,7 +35,6 @@
 /* Batches from 4 tokens, as on neon-dotprod (not measured on ARM hardware). */
 #define MIN_TOKENS 4
 
-void ft_qgemm_fill_neon_i8mm(const struct ft_qgemm **table);
 
 /* Each of the 4 floats at p (rows r..r+3) twice: [S_r S_r S_r+1 S_r+1],
  * [S_r+2 S_r+2 S_r+3 S_r+3], the row factor of two 2x2 blocks. */
@@ -195,7 +195,8 @@ ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
 
-void ft_qgemm_fill_neon_i8mm(const struct ft_qgemm **t) {
+void ft_neon_i8mm_qgemm_fill(struct ft_level *l) {
+    const struct ft_qgemm **t = l->qgemm;
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;

@@ -17,6 +17,7 @@
  */
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/quant_ref.h"
 
 #include <arm_neon.h>
@@ -662,7 +663,8 @@ static void dequantize_row_q6_K(const void *restrict vx, float *restrict y, int6
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-void FT_NEON_FILL(struct ft_type_info *t) {
+void FT_NEON_FILL(struct ft_level *l) {
+    struct ft_type_info *t = l->types;
     t[FT_TYPE_F32].vec_dot = vec_dot_f32;
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;

@@ -7,6 +7,7 @@
 #include "ft/common.h"
 #include "ft/ops.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/x86/avx2_common.h"
 
 #include <immintrin.h>
@@ -190,7 +191,8 @@ static void attention(const struct ft_attn_rows *a, int64_t dk, int64_t dv, floa
     }
 }
 
-void ft_simd_fill_avx2_attn(struct ft_float_kernels *t) {
+void ft_avx2_attn_fill(struct ft_level *l) {
+    struct ft_float_kernels *t = &l->ops;
     t->attention = attention;
     t->attention_scratch = attention_scratch;
     t->attention_splits = true;

@@ -14,6 +14,7 @@
 #include "ft/common.h"
 #include "ft/ops.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/x86/avx2_common.h"
 
 #include <immintrin.h>
@@ -215,7 +216,8 @@ static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_
     }
 }
 
-void ft_simd_fill_avx2_gemm(struct ft_float_kernels *t) {
+void ft_avx2_float_gemm_fill(struct ft_level *l) {
+    struct ft_float_kernels *t = &l->ops;
     t->gemm_mr = MR;
     t->gemm_nr = NR;
     /* 1-2 rows: the vec_dot loop keeps more FMA chains in flight than 2x1

@@ -4,6 +4,7 @@
 #include "ft/ops.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/x86/avx2_common.h"
 
 #include <immintrin.h>
@@ -105,7 +106,8 @@ static void geglu(float *y, const float *g, const float *u, int64_t n) {
     }
 }
 
-void ft_simd_fill_avx2_ops(struct ft_float_kernels *t) {
+void ft_avx2_ops_fill(struct ft_level *l) {
+    struct ft_float_kernels *t = &l->ops;
     t->rmsnorm = rmsnorm;
     t->rope_apply = rope_apply;
     t->swiglu = swiglu;

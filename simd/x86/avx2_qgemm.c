@@ -19,6 +19,7 @@
  * Weight tiles come from the portable packers of simd/qgemm_pack.h (8 rows).
  */
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/qgemm_pack.h"
 
 #include <immintrin.h>
@@ -32,7 +33,6 @@
  * tokens Q4_0 2.0x, Q4_K 1.6x, Q6_K 1.4x. */
 #define MIN_TOKENS 8
 
-void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
 
 /* An empty asm that "changes" an accumulator: GCC otherwise reassociates
  * the integer sums of a block into a tree, computes every product first
@@ -534,7 +534,8 @@ ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K_fast, pack_a_q6_K, kernel_k16_offset)
 
-void ft_qgemm_fill_avx2(const struct ft_qgemm **t) {
+void ft_avx2_qgemm_fill(struct ft_level *l) {
+    const struct ft_qgemm **t = l->qgemm;
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;

@@ -20,6 +20,7 @@
  */
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/quant_ref.h"
 
 #include <immintrin.h>
@@ -715,7 +716,8 @@ static void dequantize_row_q6_K(const void *restrict vx, float *restrict y, int6
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
-void ft_simd_fill_avx2(struct ft_type_info *t) {
+void ft_avx2_quant_fill(struct ft_level *l) {
+    struct ft_type_info *t = l->types;
     t[FT_TYPE_F32].vec_dot = vec_dot_f32;
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;

@@ -29,6 +29,7 @@
 #include "ft/ops.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/x86/avx512_common.h"
 
 #include <immintrin.h>
@@ -372,7 +373,7 @@ static void gemm_dp(enum ft_type wt, const void *w, size_t w_row, int64_t k, int
  * at m = 512: vdpbf16ps 78-80 GFLOP/s, widening bf16 + FMA 125-145 --
  * vdpbf16ps runs at half the FMA rate there -- so ft_simd_fill_avx512_gemm
  * passes 0 and the dp path stays, tested, for CPUs where it pays. */
-void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int use_bf16_dp) {
+void ft_avx512_float_gemm_fill_ops(struct ft_float_kernels *t, bool use_bf16_dp) {
     t->gemm_mr = MR;
     t->gemm_nr = NR;
     t->gemm_min_m = 1;
@@ -380,3 +381,6 @@ void ft_simd_fill_avx512_gemm(struct ft_float_kernels *t, int use_bf16_dp) {
     t->gemm_pack = use_bf16_dp ? pack_a_dp : pack_a_fma;
     t->gemm = use_bf16_dp ? gemm_dp : gemm_fma;
 }
+
+/* FMA beats vdpbf16ps here: see the opening comment. */
+void ft_avx512_float_gemm_fill(struct ft_level *l) { ft_avx512_float_gemm_fill_ops(&l->ops, false); }

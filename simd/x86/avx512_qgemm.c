@@ -25,6 +25,7 @@
  * which VNNI kernels read for every batch below FT_RW_UNPACK_MIN_TOKENS,
  * decode of one stream included ("repacked weights" below).
  */
+#include "simd/level.h"
 #include "simd/qgemm_pack.h"
 
 #include <immintrin.h>
@@ -37,7 +38,6 @@
  * 1.7-2.3x (a tile computes 8 tokens whatever n_tok is). */
 #define MIN_TOKENS 4
 
-void ft_qgemm_fill_avx512(const struct ft_qgemm **table);
 
 /* ---- micro-kernel ------------------------------------------------------------------ */
 
@@ -700,15 +700,12 @@ ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_q6_K_fold)
 
-void ft_qgemm_fill_avx2(const struct ft_qgemm **table);
-
-void ft_qgemm_fill_avx512(const struct ft_qgemm **t) {
-    /* the avx2 entries under RW_PAIR's types (AVX-512 implies AVX2; avx2_qgemm.c
-     * repacks both, and test_qgemm runs every entry of this level) */
-    const struct ft_qgemm *avx2[FT_TYPE_COUNT] = {0};
-    ft_qgemm_fill_avx2(avx2);
-    g_half[FT_TYPE_Q4_0] = avx2[FT_TYPE_Q4_0];
-    g_half[FT_TYPE_Q6_K] = avx2[FT_TYPE_Q6_K];
+void ft_avx512_qgemm_fill(struct ft_level *l) {
+    /* the avx2 entries under RW_PAIR's types: the base level's (simd/levels.c;
+     * avx2_qgemm.c repacks both, and test_qgemm runs every entry of this level) */
+    const struct ft_qgemm **t = l->qgemm;
+    g_half[FT_TYPE_Q4_0] = t[FT_TYPE_Q4_0];
+    g_half[FT_TYPE_Q6_K] = t[FT_TYPE_Q6_K];
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
     t[FT_TYPE_Q5_0] = &g_Q5_0;

@@ -27,6 +27,7 @@
  */
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/quant_ref.h"
 
 #include <immintrin.h>
@@ -785,7 +786,7 @@ static void dequantize_row_q6_K(const void *restrict vx, float *restrict y, int6
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
-void ft_simd_fill_avx512(struct ft_type_info *t, int have_bf16) {
+void ft_avx512_quant_fill_types(struct ft_type_info *t, bool have_bf16) {
     t[FT_TYPE_F32].vec_dot = vec_dot_f32;
     t[FT_TYPE_F16].vec_dot = vec_dot_f16;
     t[FT_TYPE_F16].to_float = f16_to_f32_row;
@@ -819,3 +820,5 @@ void ft_simd_fill_avx512(struct ft_type_info *t, int have_bf16) {
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
     t[FT_TYPE_Q6_K].to_float = dequantize_row_q6_K;
 }
+
+void ft_avx512_quant_fill(struct ft_level *l) { ft_avx512_quant_fill_types(l->types, ft_cpu_info()->avx512_bf16); }

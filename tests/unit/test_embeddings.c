@@ -249,9 +249,15 @@ static void test_scheduler(const int32_t *base, int32_t n_base) {
          * last) take other kernels than one whole batch; rows are O(1). */
         CHECKF(worst < 5e-3, "pooling %d: scheduler vs alone %g", (int)pools[p], worst);
     }
-    /* a one-token input: mean, cls and last are its one row */
-    CHECK(memcmp(out, out + N_IN * E, E * sizeof(float)) == 0);
-    CHECK(memcmp(out, out + 2 * N_IN * E, E * sizeof(float)) == 0);
+    /* a one-token input: mean, cls and last are its one row, up to
+     * rounding (the three requests share batches differently, and a batch's
+     * size picks the kernel: on avx2 the float GEMM from 3 rows) */
+    for (int p = 1; p < 3; p++) {
+        double d = 0;
+        for (size_t i = 0; i < E; i++)
+            d = fmax(d, fabs(out[i] - out[(size_t)p * N_IN * E + i]));
+        CHECKF(d < 1e-4, "one-token input: pooling %d vs mean %g", (int)pools[p], d);
+    }
     struct ft_scheduler_stats st;
     ft_scheduler_get_stats(s, &st);
     CHECK_EQ_INT(st.running, 0);

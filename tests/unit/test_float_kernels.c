@@ -31,6 +31,7 @@
 #include "ft_test.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -430,7 +431,7 @@ int main(void) {
 #if defined(__x86_64__)
     if ((only < 0 || only == FT_ISA_AVX512) && ft_float_kernels_isa(FT_ISA_AVX512) && ft_cpu_info()->avx512_bf16) {
         struct ft_float_kernels dp = *ft_float_kernels_isa(FT_ISA_AVX512);
-        ft_simd_fill_avx512_gemm(&dp, 1);
+        ft_avx512_float_gemm_fill_ops(&dp, true);
         const int before = ft_test_failures;
         test_gemm(FT_ISA_AVX512, &dp);
         printf("avx512 with vdpbf16ps GEMM %s\n", ft_test_failures == before ? "ok" : "FAILED");

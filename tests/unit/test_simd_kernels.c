@@ -29,6 +29,7 @@
 #include "ft_test.h"
 #include "simd/fp16.h"
 #include "simd/kernels.h"
+#include "simd/level.h"
 #include "simd/quant_ref.h"
 
 #include <math.h>
@@ -355,7 +356,7 @@ static void check_avx512_without_bf16(void) {
     for (int t = 0; t < FT_TYPE_COUNT; t++)
         if (ft_type_info((enum ft_type)t))
             table[t] = *ft_type_info((enum ft_type)t);
-    ft_simd_fill_avx512(table, 0);
+    ft_avx512_quant_fill_types(table, false);
     const struct ft_type_info *ref = ft_type_traits_ref(FT_TYPE_BF16);
     CHECK(table[FT_TYPE_BF16].vec_dot != ft_type_traits_isa(FT_TYPE_BF16, FT_ISA_AVX512)->vec_dot ||
           !ft_cpu_info()->avx512_bf16);
