@@ -78,6 +78,51 @@ static double own_gflops(enum ft_type wt, int64_t m, int64_t k, int64_t n) {
     return flops / best * 1e-9;
 }
 
+/* Decode's case: m rows against a weight matrix far larger than the caches
+ * (1 GiB of weights in rows of k), so every weight byte comes from DRAM
+ * once; GB/s of weights read, from the thread's CPU time. With the level's
+ * GEMM where it takes m rows (gemm_min_m), else the vec_dot loop. */
+static double own_stream_gbs(enum ft_type wt, int64_t m, int64_t k) {
+    const struct ft_float_kernels *fk = ft_float_kernels();
+    const struct ft_type_info *ti = ft_type_traits(wt);
+    const size_t w_row = ft_row_size(wt, k);
+    const int64_t n = (int64_t)((1ull << 30) / w_row) / 64 * 64;
+    char *w = xmalloc(w_row * (size_t)n);
+    for (size_t i = 0; i < w_row * (size_t)n / 2; i++)
+        ((uint16_t *)w)[i] = (uint16_t)(0x2000 + (i & 0xff)); /* small finite F16/BF16 values */
+    float *a = xmalloc(sizeof(float) * (size_t)(m * k));
+    float *c = xmalloc(sizeof(float) * (size_t)(m * n));
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = 0.5f;
+    const bool gemm = fk->gemm_mr && m >= fk->gemm_min_m;
+    void *packed = gemm ? xmalloc(fk->gemm_packed_size(wt, m, k)) : NULL;
+    void *act = xmalloc(ft_row_size(ti->vec_dot_type, k) * (size_t)m);
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = cpu_now();
+        if (gemm) {
+            fk->gemm_pack(wt, a, k, m, k, 0, (m + fk->gemm_mr - 1) / fk->gemm_mr, packed);
+            fk->gemm(wt, w, w_row, k, 0, n, packed, m, c, n);
+        } else {
+            const size_t a_row = ft_row_size(ti->vec_dot_type, k);
+            for (int64_t i = 0; i < m; i++)
+                ft_type_traits(ti->vec_dot_type)->from_float_act(a + i * k, (char *)act + (size_t)i * a_row, k);
+            for (int64_t rr = 0; rr < n; rr++)
+                for (int64_t i = 0; i < m; i++)
+                    ti->vec_dot(k, &c[i * n + rr], w + (size_t)rr * w_row, (char *)act + (size_t)i * a_row);
+        }
+        const double t = cpu_now() - t0;
+        if (t < best)
+            best = t;
+    }
+    free(w);
+    free(a);
+    free(c);
+    free(packed);
+    free(act);
+    return (double)w_row * (double)n / best * 1e-9;
+}
+
 #ifdef FT_HAVE_ONEDNN
 /* oneDNN matmul, A (m, k) f32 or bf16, W given as (k, n) with `reordered`
  * the library's preferred layout, else the GGUF rows (strides 1, k). */
@@ -160,17 +205,19 @@ static int parse_list(const char *s, int64_t *out, int cap, bool pairs) {
 int main(int argc, char **argv) {
     int64_t ms[16] = {1, 8, 64, 512}, shapes[32] = {2048, 2048, 2048, 512, 2048, 8192, 8192, 2048, 2048, 128256};
     int n_m = 4, n_sh = 10;
-    bool use_onednn = true;
+    bool use_onednn = true, stream = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--m") && i + 1 < argc && (n_m = parse_list(argv[i + 1], ms, 16, false)) > 0) {
             i++;
         } else if (!strcmp(argv[i], "--shapes") && i + 1 < argc &&
                    (n_sh = parse_list(argv[i + 1], shapes, 32, true)) > 0) {
             i++;
+        } else if (!strcmp(argv[i], "--stream")) {
+            stream = true;
         } else if (!strcmp(argv[i], "--no-onednn")) {
             use_onednn = false;
         } else {
-            fprintf(stderr, "usage: %s [--m 1,8,64,512] [--shapes 2048x2048,...] [--no-onednn]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--m 1,8,64,512] [--shapes 2048x2048,...] [--no-onednn] [--stream]\n", argv[0]);
             return strcmp(argv[i], "--help") ? 1 : 0;
         }
     }
@@ -183,6 +230,13 @@ int main(int argc, char **argv) {
     printf("%s\none thread, GFLOP/s from thread CPU time (best of a few runs)\n\n", cpu);
     if (ft_float_kernels()->gemm_mr == 0) {
         printf("this kernel level has no float GEMM\n");
+        return 0;
+    }
+    if (stream) {
+        printf("decode from DRAM: 1 GiB of weights in rows of 2048, GB/s of weights read\n\n| m | F16 | BF16 |\n|---:|---:|---:|\n");
+        for (int j = 0; j < n_m; j++)
+            printf("| %lld | %.2f | %.2f |\n", (long long)ms[j], own_stream_gbs(FT_TYPE_F16, ms[j], 2048),
+                   own_stream_gbs(FT_TYPE_BF16, ms[j], 2048));
         return 0;
     }
 #ifdef FT_HAVE_ONEDNN
