@@ -36,6 +36,11 @@ void ft_api_request_free(struct ft_api_request *r) {
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     ft_grammar_free(r->grammar);
+    free(r->logit_bias);
+    for (int32_t i = 0; i < r->n_bias_text; i++)
+        free(r->bias_text[i]);
+    free(r->bias_text);
+    free(r->bias_text_value);
     memset(r, 0, sizeof(*r));
 }
 
@@ -323,6 +328,10 @@ static int parse_sampling(const cJSON *root, struct ft_api_request *r, struct ft
         return -1;
     if (given)
         sp->frequency_penalty = (float)d;
+    if (get_number(root, "typical_p", 0, 1, &d, &given, err))
+        return -1;
+    if (given)
+        sp->typical_p = (float)d;
     /* Any 64-bit integer, as OpenAI allows; negative seeds wrap. Doubles
      * hold integers exactly up to 2^53, which is what JSON clients send. */
     if (get_int(root, "seed", -9007199254740992.0, 9007199254740992.0, &i, &r->seed_set, err))
@@ -360,6 +369,116 @@ static int parse_logprobs(const cJSON *root, enum ft_api_endpoint ep, struct ft_
     return get_bool(root, "return_tokens_as_token_ids", &r->tokens_as_ids, NULL, err);
 }
 
+/* One logit_bias value: a number in -100..100 (OpenAI's range), or false
+ * (llama.cpp's ban). */
+static int bias_value(const cJSON *v, float *out, struct ft_api_error *err) {
+    if (cJSON_IsFalse(v)) {
+        *out = -INFINITY;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < -100 || v->valuedouble > 100)
+        return BAD("logit_bias", "'logit_bias' values must be numbers from -100 to 100 (or false to ban a token)");
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+/* One logit_bias key: a token id (decimal digits), or llama.cpp's text. */
+static int bias_entry(struct ft_api_request *r, const char *key, const cJSON *id, float bias, int32_t n_vocab,
+                      struct ft_api_error *err) {
+    if (id) { /* the array form's [id, bias] */
+        if (!cJSON_IsNumber(id) || floor(id->valuedouble) != id->valuedouble || id->valuedouble < 0 ||
+            id->valuedouble >= n_vocab)
+            return BAD("logit_bias", "'logit_bias' names token %.0f, outside this model's vocabulary (0..%d)",
+                       cJSON_IsNumber(id) && isfinite(id->valuedouble) ? id->valuedouble : -1.0, (int)n_vocab - 1);
+        r->logit_bias[r->n_logit_bias++] = (struct ft_logit_bias){(int32_t)id->valuedouble, bias};
+        return 0;
+    }
+    size_t len = strlen(key);
+    if (len == 0 || len > FT_API_MAX_BIAS_TEXT)
+        return BAD("logit_bias", "'logit_bias' keys must be token ids (or text of 1 to %d bytes)", FT_API_MAX_BIAS_TEXT);
+    size_t sign = key[0] == '-' || key[0] == '+';
+    if (len > sign && strspn(key + sign, "0123456789") == len - sign) {
+        char *end = NULL;
+        long long v = strtoll(key, &end, 10);
+        if (v < 0 || v >= n_vocab || len - sign > 10)
+            return BAD("logit_bias", "'logit_bias' names token %.24s, outside this model's vocabulary (0..%d)", key,
+                       (int)n_vocab - 1);
+        r->logit_bias[r->n_logit_bias++] = (struct ft_logit_bias){(int32_t)v, bias};
+        return 0;
+    }
+    if (!(r->bias_text[r->n_bias_text] = dup_str(key)))
+        return OOM();
+    r->bias_text_value[r->n_bias_text++] = bias;
+    return 0;
+}
+
+/* logit_bias: OpenAI's {"token id": bias}, and llama.cpp's text keys and
+ * [[id or text, bias], ...] arrays. Ids are checked against the vocabulary
+ * here; text is tokenized by ft_api_logit_bias_resolve(). */
+static int parse_logit_bias(const cJSON *root, int32_t n_vocab, struct ft_api_request *r, struct ft_api_error *err) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!cJSON_IsObject(lb) && !cJSON_IsArray(lb))
+        return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases from -100 to 100");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > FT_API_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "'logit_bias' has %d entries: at most %d are allowed", n, FT_API_MAX_LOGIT_BIAS);
+    if (n == 0)
+        return 0;
+    if (!(r->logit_bias = malloc(sizeof(*r->logit_bias) * (size_t)n)) ||
+        !(r->bias_text = calloc((size_t)n, sizeof(char *))) ||
+        !(r->bias_text_value = malloc(sizeof(float) * (size_t)n)))
+        return OOM();
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lb) {
+        float bias;
+        if (cJSON_IsObject(lb)) {
+            if (bias_value(e, &bias, err) || bias_entry(r, e->string, NULL, bias, n_vocab, err))
+                return -1;
+            continue;
+        }
+        const cJSON *k = cJSON_GetArrayItem(e, 0), *v = cJSON_GetArrayItem(e, 1);
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !(cJSON_IsString(k) || cJSON_IsNumber(k)))
+            return BAD("logit_bias", "an array 'logit_bias' holds [token id or text, bias] pairs");
+        if (bias_value(v, &bias, err) ||
+            bias_entry(r, cJSON_IsString(k) ? k->valuestring : NULL, cJSON_IsString(k) ? NULL : k, bias, n_vocab,
+                       err))
+            return -1;
+    }
+    return 0;
+}
+
+int ft_api_logit_bias_resolve(struct ft_api_request *r, const struct ft_tokenizer *tok, struct ft_api_error *err) {
+    for (int32_t i = 0; i < r->n_bias_text; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        const char *t = r->bias_text[i];
+        if (ft_tokenize(tok, t, strlen(t), false, false, &ids, &n))
+            return OOM();
+        const size_t total = (size_t)r->n_logit_bias + n;
+        struct ft_logit_bias *lb = total > FT_SAMPLER_MAX_LOGIT_BIAS ? NULL
+                                   : realloc(r->logit_bias, sizeof(*lb) * (total ? total : 1));
+        if (!lb) {
+            free(ids);
+            if (total > FT_SAMPLER_MAX_LOGIT_BIAS)
+                return BAD("logit_bias", "the text keys of 'logit_bias' give more than %d tokens",
+                           FT_SAMPLER_MAX_LOGIT_BIAS);
+            return OOM();
+        }
+        r->logit_bias = lb;
+        for (size_t j = 0; j < n; j++)
+            r->logit_bias[r->n_logit_bias++] = (struct ft_logit_bias){ids[j], r->bias_text_value[i]};
+        free(ids);
+    }
+    for (int32_t i = 0; i < r->n_bias_text; i++)
+        free(r->bias_text[i]);
+    r->n_bias_text = 0;
+    r->sampling.logit_bias = r->logit_bias;
+    r->sampling.n_logit_bias = r->n_logit_bias;
+    return 0;
+}
+
 /* Fields of OpenAI's, vLLM's and llama-server's APIs that would change the
  * answer and that FreeToken does not implement: a 400 naming the field
  * rather than an answer that silently differs. (Fields without effect on
@@ -367,9 +486,8 @@ static int parse_logprobs(const cJSON *root, enum ft_api_endpoint ep, struct ft_
  * accepted.) A null value counts as absent. */
 static int refuse_unsupported(const cJSON *root, struct ft_api_error *err) {
     static const char *const fields[] = {
-        "logit_bias", "suffix", "prediction", "audio", "web_search_options", "min_tokens", "typical_p",
-        "mirostat", "mirostat_tau", "mirostat_eta", "prompt_logprobs", "guided_regex", "guided_choice",
-        "guided_grammar",
+        "suffix", "prediction", "audio", "web_search_options", "mirostat", "mirostat_tau", "mirostat_eta",
+        "prompt_logprobs",
     };
     for (size_t k = 0; k < FT_ARRAY_LEN(fields); k++) {
         const cJSON *v = field(root, fields[k]);
@@ -408,7 +526,8 @@ static int compile_schema(const cJSON *schema, const char *param, const char *na
 /* response_format (OpenAI), json_schema and grammar (llama.cpp server),
  * guided_json (vLLM): at most one of them. */
 static int parse_structured(const cJSON *root, struct ft_api_request *r, struct ft_api_error *err) {
-    static const char *const names[] = {"response_format", "json_schema", "grammar", "guided_json"};
+    static const char *const names[] = {"response_format", "json_schema", "grammar",       "guided_json",
+                                        "guided_choice",   "guided_regex", "guided_grammar"};
     const char *given = NULL;
     for (size_t i = 0; i < FT_ARRAY_LEN(names); i++) {
         const cJSON *v = field(root, names[i]);
@@ -423,7 +542,39 @@ static int parse_structured(const cJSON *root, struct ft_api_request *r, struct 
             return BAD(names[i], "'%s' and '%s' both constrain the output: give one of them", given, names[i]);
         given = names[i];
     }
+    r->grammar_param = given;
     const cJSON *v;
+    char msg[256];
+    if ((v = field(root, "guided_choice"))) { /* vLLM: the output is exactly one of the strings */
+        int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : 0;
+        if (n == 0 || n > FT_GRAMMAR_MAX_CHOICES)
+            return BAD("guided_choice", "'guided_choice' must be an array of 1 to %d strings", FT_GRAMMAR_MAX_CHOICES);
+        const char **cs = malloc(sizeof(*cs) * (size_t)n);
+        if (!cs)
+            return OOM();
+        int k = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, v) {
+            if (!cJSON_IsString(c) || !c->valuestring[0]) {
+                free(cs);
+                return BAD("guided_choice", "'guided_choice[%d]' must be a non-empty string", k);
+            }
+            cs[k++] = c->valuestring;
+        }
+        int rc = ft_grammar_from_choices(cs, (size_t)n, &r->grammar, msg, sizeof(msg));
+        free(cs);
+        if (rc == FT_ENOMEM)
+            return OOM();
+        return rc ? BAD("guided_choice", "Invalid 'guided_choice': %s", msg) : 0;
+    }
+    if ((v = field(root, "guided_regex"))) {
+        if (!cJSON_IsString(v) || !v->valuestring[0])
+            return BAD("guided_regex", "'guided_regex' must be a non-empty string (a regular expression)");
+        int rc = ft_grammar_from_regex(v->valuestring, strlen(v->valuestring), &r->grammar, msg, sizeof(msg));
+        if (rc == FT_ENOMEM)
+            return OOM();
+        return rc ? BAD("guided_regex", "Invalid 'guided_regex': %s", msg) : 0;
+    }
     if ((v = field(root, "response_format"))) {
         if (!cJSON_IsObject(v))
             return BAD("response_format", "'response_format' must be an object");
@@ -485,15 +636,19 @@ static int parse_structured(const cJSON *root, struct ft_api_request *r, struct 
             return BAD(schema_fields[i], "'%s' must be a JSON Schema object", schema_fields[i]);
         return compile_schema(v, schema_fields[i], NULL, r, err);
     }
-    if ((v = field(root, "grammar"))) {
+    /* llama.cpp's grammar and vLLM's guided_grammar (GBNF, as vLLM's
+     * xgrammar backend takes it) */
+    static const char *const gbnf_fields[] = {"grammar", "guided_grammar"};
+    for (size_t i = 0; i < FT_ARRAY_LEN(gbnf_fields); i++) {
+        if (!(v = field(root, gbnf_fields[i])))
+            continue;
         if (!cJSON_IsString(v))
-            return BAD("grammar", "'grammar' must be a string (GBNF)");
-        char msg[256];
+            return BAD(gbnf_fields[i], "'%s' must be a string (GBNF)", gbnf_fields[i]);
         int rc = ft_grammar_from_gbnf(v->valuestring, strlen(v->valuestring), &r->grammar, msg, sizeof(msg));
         if (rc == FT_ENOMEM)
             return OOM();
         if (rc)
-            return BAD("grammar", "Invalid grammar: %s", msg);
+            return BAD(gbnf_fields[i], "Invalid grammar: %s", msg);
     }
     return 0;
 }
@@ -547,6 +702,16 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
     }
     if (get_bool(root, "ignore_eos", &r->ignore_eos, NULL, err))
         return -1;
+    if (get_int(root, "min_tokens", 0, 2147483647.0, &i, &given, err))
+        return -1;
+    if (given && r->max_tokens > 0 && i > r->max_tokens)
+        return BAD("min_tokens", "'min_tokens' (%lld) must not exceed 'max_tokens' (%d)", (long long)i,
+                   (int)r->max_tokens);
+    r->min_tokens = given ? (int32_t)i : 0;
+    if (parse_logit_bias(root, n_vocab, r, err))
+        return -1;
+    r->sampling.logit_bias = r->logit_bias;
+    r->sampling.n_logit_bias = r->n_logit_bias;
     if (get_bool(root, "stream", &r->stream, NULL, err))
         return -1;
     if ((v = field(root, "stream_options"))) {

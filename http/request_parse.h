@@ -14,6 +14,7 @@
 
 #include "ft/grammar.h"
 #include "ft/sampler.h"
+#include "ft/tool_calls.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,6 +37,11 @@ enum ft_api_endpoint { FT_API_CHAT, FT_API_COMPLETIONS };
 #define FT_API_MAX_JSON_VALUES 262144
 
 #define FT_API_MAX_TOOLS 128 /* OpenAI's limit, also for calls in one message */
+/* logit_bias entries as sent (OpenAI's limit); a text key (llama.cpp's
+ * extension) is at most FT_API_MAX_BIAS_TEXT bytes and may expand to
+ * several tokens, up to FT_SAMPLER_MAX_LOGIT_BIAS entries in all. */
+#define FT_API_MAX_LOGIT_BIAS 300
+#define FT_API_MAX_BIAS_TEXT 256
 
 /* A call in an assistant message of the history (OpenAI's tool_calls[i]). */
 struct ft_api_tool_call {
@@ -56,8 +62,8 @@ struct ft_api_message {
 enum ft_api_tool_choice {
     FT_API_TOOL_CHOICE_AUTO,     /* the default when tools are given */
     FT_API_TOOL_CHOICE_NONE,     /* the default without tools: no tool in the prompt, none parsed */
-    FT_API_TOOL_CHOICE_REQUIRED, /* parsed and checked, refused until constrained decoding exists */
-    FT_API_TOOL_CHOICE_FUNCTION, /* {"type": "function", "function": {"name": ...}}: likewise */
+    FT_API_TOOL_CHOICE_REQUIRED, /* one or more calls, forced by a grammar (ft_api_tools_grammar) */
+    FT_API_TOOL_CHOICE_FUNCTION, /* {"type": "function", "function": {"name": ...}}: calls of that one */
 };
 
 struct ft_api_request {
@@ -85,6 +91,7 @@ struct ft_api_request {
      * "description", "parameters"}}]; NULL when not given */
     struct cJSON *tools;
     char **tool_names; /* n_tools names, in order */
+    bool *tool_strict; /* n_tools: function.strict */
     int32_t n_tools;
     enum ft_api_tool_choice tool_choice;
     char *tool_choice_name; /* FT_API_TOOL_CHOICE_FUNCTION */
@@ -96,6 +103,19 @@ struct ft_api_request {
      * llama.cpp server's `grammar` (GBNF) / `json_schema`, or vLLM's
      * `guided_json`, compiled while parsing so a bad schema is a 400. */
     struct ft_grammar *grammar; /* owned; NULL when unconstrained */
+    const char *grammar_param;  /* the field that gave it (static), for errors */
+    /* A lazy grammar (strict tools, tool_choice auto): see ft_gen_params. */
+    const char *grammar_trigger; /* static; NULL: the grammar holds from the start */
+    bool grammar_trigger_at_start;
+    /* logit_bias: token ids and biases (-INFINITY for llama.cpp's false);
+     * text keys are kept in bias_text until ft_api_logit_bias_resolve()
+     * tokenizes them. */
+    struct ft_logit_bias *logit_bias;
+    int32_t n_logit_bias;
+    char **bias_text;
+    float *bias_text_value;
+    int32_t n_bias_text;
+    int32_t min_tokens; /* vLLM's: no end of generation or stop string before this many tokens */
 };
 
 /* What is wrong with a request: HTTP status (400), the offending parameter
@@ -124,6 +144,16 @@ struct cJSON *ft_api_parse_body(const char *body, size_t len, struct ft_api_erro
 int ft_api_parse_tools(const struct cJSON *root, struct ft_api_request *r, struct ft_api_error *err);
 int ft_api_parse_message_tools(const struct cJSON *m, int i, struct ft_api_message *msg, struct ft_api_error *err);
 void ft_api_tools_free(struct ft_api_request *r);
+/* The grammar that forces or checks tool calls in the template's format f
+ * (tool_choice "required" or a named function: the whole answer is calls;
+ * strict tools under "auto": a lazy grammar from the format's opening
+ * marker). Sets r->grammar; a response_format or other grammar next to it
+ * is a 400 naming that field. 0 or -1 with *err. */
+int ft_api_tools_grammar(struct ft_api_request *r, enum ft_tool_format f, struct ft_api_error *err);
+/* Tokenize the text keys of logit_bias (llama.cpp's extension: the bias
+ * goes to every token of the text) into r->logit_bias. 0 or -1 with *err. */
+struct ft_tokenizer;
+int ft_api_logit_bias_resolve(struct ft_api_request *r, const struct ft_tokenizer *tok, struct ft_api_error *err);
 void ft_api_message_tools_free(struct ft_api_message *msg);
 
 void ft_api_error_set(struct ft_api_error *err, int status, const char *param, const char *code, const char *fmt, ...)

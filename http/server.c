@@ -830,6 +830,14 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         srv_req_free(r);
         return;
     }
+    /* logit_bias text keys need the tokenizer; forced or strict tool calls
+     * the template's format */
+    if (ft_api_logit_bias_resolve(&r->api, b->tok, &err) ||
+        (ep == FT_API_CHAT && ft_api_tools_grammar(&r->api, b->tool_caps.format, &err))) {
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
+        srv_req_free(r);
+        return;
+    }
     if (ft_backend_prompt(b, &r->api, &r->prompt, &r->er.n_prompt, &err)) {
         reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
@@ -868,6 +876,9 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     r->er.params.top_logprobs = r->api.top_logprobs;
     r->er.n_choices = r->api.n;
     r->er.params.grammar = r->api.grammar;
+    r->er.params.grammar_trigger = r->api.grammar_trigger;
+    r->er.params.grammar_trigger_at_start = r->api.grammar_trigger_at_start;
+    r->er.params.min_tokens = r->api.min_tokens;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));

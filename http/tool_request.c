@@ -6,16 +6,18 @@
  * Face's and llama.cpp's convention): [{"type": "function", "function":
  * {"name", "description" ("" when absent), "parameters" ({} when absent)}}].
  *
- * Refused with a 400 naming the field, not ignored: tool_choice "required"
- * or a named function and `strict: true` — each promises a well-formed call
- * of a given schema, which only constrained decoding (a grammar built from
- * the parameter schema, forcing the format of include/ft/tool_calls.h) can
- * keep; ft_api_parse_tools() is where that will plug in. Also refused: the
- * deprecated `functions` / `function_call`, and tool types other than
- * "function". */
+ * Forced and strict calls (ft_api_tools_grammar): tool_choice "required" or
+ * a named function, and `strict: true`, are kept by constrained decoding.
+ * One JSON Schema describes a call, {"name": const, "arguments": the tool's
+ * parameters} (anyOf over the tools), with each tool's parameters under
+ * $defs/t<i> and their $refs rewritten to point there; the grammar puts
+ * it in the markup of the template's format (include/ft/tool_calls.h), so
+ * the parser reads the answer unchanged. Refused: the deprecated
+ * `functions` / `function_call`, and tool types other than "function". */
 #include "request_parse.h"
 
 #include "ft/common.h"
+#include "ft/grammar.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -51,7 +53,8 @@ static bool valid_name(const char *s) {
     return true;
 }
 
-static int parse_tool(const cJSON *t, int i, cJSON *out_list, char **name_out, struct ft_api_error *err) {
+static int parse_tool(const cJSON *t, int i, cJSON *out_list, char **name_out, bool *strict_out,
+                      struct ft_api_error *err) {
     char param[96];
     snprintf(param, sizeof(param), "tools[%d]", i);
     if (!cJSON_IsObject(t))
@@ -82,11 +85,7 @@ static int parse_tool(const cJSON *t, int i, cJSON *out_list, char **name_out, s
     snprintf(param, sizeof(param), "tools[%d].function.strict", i);
     if (strict && !cJSON_IsBool(strict))
         return BAD(param, "'%s' must be a boolean", param);
-    if (cJSON_IsTrue(strict))
-        return BAD(param,
-                   "'%s': true needs constrained decoding to guarantee the schema, which this server does not have "
-                   "yet; send false or leave it out",
-                   param);
+    *strict_out = cJSON_IsTrue(strict);
 
     cJSON *o = cJSON_CreateObject(), *f = NULL;
     if (!o || !cJSON_AddItemToArray(out_list, o))
@@ -119,12 +118,13 @@ int ft_api_parse_tools(const cJSON *root, struct ft_api_request *r, struct ft_ap
             return BAD("tools", "'tools' has more than %d entries", FT_API_MAX_TOOLS);
         /* An empty list is no tools, as OpenAI treats it. */
         if (n > 0) {
-            if (!(r->tools = cJSON_CreateArray()) || !(r->tool_names = calloc((size_t)n, sizeof(char *))))
+            if (!(r->tools = cJSON_CreateArray()) || !(r->tool_names = calloc((size_t)n, sizeof(char *))) ||
+                !(r->tool_strict = calloc((size_t)n, sizeof(bool))))
                 return OOM();
             const cJSON *t;
             cJSON_ArrayForEach(t, tools) {
                 const int i = r->n_tools;
-                if (parse_tool(t, i, r->tools, &r->tool_names[i], err))
+                if (parse_tool(t, i, r->tools, &r->tool_names[i], &r->tool_strict[i], err))
                     return -1;
                 r->n_tools++;
                 for (int j = 0; j < i; j++)
@@ -181,15 +181,266 @@ int ft_api_parse_tools(const cJSON *root, struct ft_api_request *r, struct ft_ap
     }
     if (r->tool_choice != FT_API_TOOL_CHOICE_NONE && r->n_tools == 0)
         return BAD("tool_choice", "'tool_choice' other than \"none\" needs a non-empty 'tools'");
-    /* The integration point for constrained decoding: with a grammar built
-     * from the tools' parameter schemas in the format the template's model
-     * writes (include/ft/tool_calls.h), these become forced calls. */
-    if (r->tool_choice == FT_API_TOOL_CHOICE_REQUIRED || r->tool_choice == FT_API_TOOL_CHOICE_FUNCTION)
-        return BAD("tool_choice",
-                   "'tool_choice' %s needs constrained decoding to force a well-formed call, which this server "
-                   "does not have yet; use \"auto\" (the model decides) or \"none\"",
-                   r->tool_choice == FT_API_TOOL_CHOICE_REQUIRED ? "\"required\"" : "naming a function");
     return 0;
+}
+
+/* ------------------------------------------------------------ forced calls */
+
+/* Point the $refs of a tool's parameters (JSON pointers into the parameters
+ * themselves) at where they sit in the call schema: "#/x" -> "<base>/x". */
+static bool rebase_refs(cJSON *s, const char *base, int depth) {
+    if (depth > FT_GRAMMAR_MAX_DEPTH)
+        return true; /* the compiler refuses the nesting itself */
+    cJSON *c;
+    cJSON_ArrayForEach(c, s) {
+        if (c->string && !strcmp(c->string, "$ref") && cJSON_IsString(c) && c->valuestring[0] == '#') {
+            size_t n = strlen(base) + strlen(c->valuestring);
+            char *v = malloc(n);
+            if (!v)
+                return false;
+            snprintf(v, n, "%s%s", base, c->valuestring + 1);
+            bool ok = cJSON_SetValuestring(c, v) != NULL;
+            free(v);
+            if (!ok)
+                return false;
+        } else if ((cJSON_IsObject(c) || cJSON_IsArray(c)) && !rebase_refs(c, base, depth + 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A parameters schema the arguments can follow: it must describe objects
+ * (the parser takes only an object) and compile. A strict tool's that does
+ * not is a 400; another's is replaced by "any object" (best effort, as
+ * OpenAI's non-strict calls are). NULL with *err filled. */
+static cJSON *arguments_schema(const cJSON *params, const char *name, int i, bool enforce, bool strict,
+                               struct ft_api_error *err) {
+    char param[64], msg[256] = "";
+    snprintf(param, sizeof(param), "tools[%d].function.parameters", i);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(params, "type");
+    bool object = !type || (cJSON_IsString(type) && !strcmp(type->valuestring, "object"));
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : NULL; t; t = t->next)
+        object |= cJSON_IsString(t) && !strcmp(t->valuestring, "object");
+    int rc = FT_EINVAL;
+    if (enforce && object && params->child) {
+        char *text = cJSON_PrintUnformatted(params);
+        struct ft_grammar *g = NULL;
+        if (!text)
+            return (void)OOM(), NULL;
+        rc = ft_grammar_from_json_schema(text, strlen(text), &g, msg, sizeof(msg));
+        cJSON_free(text);
+        ft_grammar_free(g);
+        if (rc == FT_ENOMEM)
+            return (void)OOM(), NULL;
+    }
+    if (rc == FT_OK) {
+        cJSON *d = cJSON_Duplicate(params, true);
+        if (!d)
+            (void)OOM();
+        return d;
+    }
+    if (strict && !object)
+        return (void)BAD(param, "'%s' must describe a JSON object (\"type\": \"object\") for a strict function", param),
+               NULL;
+    if (strict && params->child)
+        return (void)BAD(param, "Invalid schema for function '%s': %s", name, msg), NULL;
+    cJSON *any = cJSON_CreateObject();
+    if (!any || !cJSON_AddStringToObject(any, "type", "object"))
+        return cJSON_Delete(any), (void)OOM(), NULL;
+    return any;
+}
+
+/* {"type": "object", "properties": {<key>: inner}, "required": [<key>],
+ * "additionalProperties": false}; takes inner (deleted on failure). */
+static cJSON *object_with(const char *key, cJSON *inner) {
+    cJSON *o = cJSON_CreateObject(), *props = o ? cJSON_AddObjectToObject(o, "properties") : NULL;
+    if (!props || !inner || !cJSON_AddItemToObject(props, key, inner)) {
+        cJSON_Delete(inner);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON *req = cJSON_AddArrayToObject(o, "required");
+    if (!cJSON_AddStringToObject(o, "type", "object") || !req || !cJSON_AddItemToArray(req, cJSON_CreateString(key)) ||
+        !cJSON_AddFalseToObject(o, "additionalProperties")) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The schema of one call: {"name": <const>, "<args_key>": {"$ref": "#/$defs/t<i>"}}. */
+static cJSON *call_schema(const char *name, const char *args_key, int i) {
+    char ref[32];
+    snprintf(ref, sizeof(ref), "#/$defs/t%d", i);
+    cJSON *props = cJSON_CreateObject(), *n = NULL, *a = NULL;
+    bool ok = props && (n = cJSON_AddObjectToObject(props, "name")) && cJSON_AddStringToObject(n, "const", name) &&
+              (a = cJSON_AddObjectToObject(props, args_key)) && cJSON_AddStringToObject(a, "$ref", ref);
+    if (!ok) {
+        cJSON_Delete(props);
+        return NULL;
+    }
+    cJSON *o = cJSON_CreateObject(), *req = NULL;
+    ok = o && cJSON_AddStringToObject(o, "type", "object") && cJSON_AddItemToObject(o, "properties", props) &&
+         (req = cJSON_AddArrayToObject(o, "required")) && cJSON_AddItemToArray(req, cJSON_CreateString("name")) &&
+         cJSON_AddItemToArray(req, cJSON_CreateString(args_key)) && cJSON_AddFalseToObject(o, "additionalProperties");
+    if (!ok) {
+        if (!o || !cJSON_GetObjectItemCaseSensitive(o, "properties"))
+            cJSON_Delete(props);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int ft_api_tools_grammar(struct ft_api_request *r, enum ft_tool_format f, struct ft_api_error *err) {
+    if (r->n_tools == 0 || r->tool_choice == FT_API_TOOL_CHOICE_NONE)
+        return 0;
+    const bool forced = r->tool_choice == FT_API_TOOL_CHOICE_REQUIRED || r->tool_choice == FT_API_TOOL_CHOICE_FUNCTION;
+    bool any_strict = false;
+    for (int32_t i = 0; i < r->n_tools; i++)
+        any_strict |= r->tool_strict[i];
+    if (!forced && !any_strict)
+        return 0;
+    if (r->grammar) {
+        const char *p = r->grammar_param ? r->grammar_param : "response_format";
+        return BAD(p, "'%s' cannot be combined with %s: both constrain the output", p,
+                   forced ? "a 'tool_choice' that forces a call" : "tools with 'strict': true");
+    }
+    const char *args_key = f == FT_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
+    cJSON *doc = cJSON_CreateObject();
+    cJSON *defs = doc ? cJSON_AddObjectToObject(doc, "$defs") : NULL;
+    cJSON *calls = cJSON_CreateArray();
+    int rc = -1;
+    if (!defs || !calls) {
+        (void)OOM();
+        goto done;
+    }
+    const cJSON *t = r->tools->child;
+    for (int32_t i = 0; i < r->n_tools; i++, t = t->next) {
+        if (r->tool_choice == FT_API_TOOL_CHOICE_FUNCTION && strcmp(r->tool_names[i], r->tool_choice_name) != 0)
+            continue;
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(t, "function"),
+                                                               "parameters");
+        /* forced: every offered tool's parameters hold (best effort for a
+         * non-strict one the compiler cannot take); auto: the strict ones' */
+        cJSON *args = arguments_schema(params, r->tool_names[i], i, forced || r->tool_strict[i], r->tool_strict[i], err);
+        char key[16], base[32];
+        snprintf(key, sizeof(key), "t%d", i);
+        snprintf(base, sizeof(base), "#/$defs/t%d", i);
+        if (!args)
+            goto done;
+        if (!cJSON_AddItemToObject(defs, key, args)) {
+            cJSON_Delete(args);
+            (void)OOM();
+            goto done;
+        }
+        cJSON *c = call_schema(r->tool_names[i], args_key, i);
+        if (!rebase_refs(args, base, 0) || !c || !cJSON_AddItemToArray(calls, c)) {
+            cJSON_Delete(c);
+            (void)OOM();
+            goto done;
+        }
+    }
+    cJSON *one = cJSON_CreateObject(); /* {"anyOf": [calls]} */
+    if (!one || !cJSON_AddItemToObject(one, "anyOf", calls)) {
+        cJSON_Delete(one);
+        (void)OOM();
+        goto done;
+    }
+    calls = NULL;
+    const size_t max_calls = r->parallel_tool_calls ? 0 : 1;
+    struct ft_grammar_frame fr = {.max_items = (int32_t)max_calls};
+    cJSON *root = NULL; /* what goes next to $defs */
+    switch (f) {
+    case FT_TOOL_FORMAT_HERMES:
+        fr.open = "<tool_call>\n", fr.close = "\n</tool_call>", fr.sep = "\n";
+        root = one;
+        break;
+    case FT_TOOL_FORMAT_LLAMA3:
+        fr.sep = "; ";
+        root = one;
+        break;
+    case FT_TOOL_FORMAT_MISTRAL:
+        fr.prefix = "[TOOL_CALLS][", fr.sep = ", ", fr.suffix = "]";
+        root = one;
+        break;
+    default: { /* generic: {"tool_call": call} or {"tool_calls": [call, ...]} */
+        cJSON *arr = NULL;
+        if (r->parallel_tool_calls) {
+            arr = cJSON_CreateObject();
+            if (!arr || !cJSON_AddStringToObject(arr, "type", "array") || !cJSON_AddItemToObject(arr, "items", one) ||
+                !cJSON_AddNumberToObject(arr, "minItems", 1)) {
+                if (!arr || !cJSON_GetObjectItemCaseSensitive(arr, "items"))
+                    cJSON_Delete(one);
+                cJSON_Delete(arr);
+                (void)OOM();
+                goto done;
+            }
+        }
+        root = object_with(r->parallel_tool_calls ? "tool_calls" : "tool_call", arr ? arr : one);
+        if (root && !forced) {
+            /* strict under auto: the answer may also be {"response": "..."} */
+            cJSON *str = cJSON_CreateObject(), *resp = NULL, *alts = cJSON_CreateObject(), *list = NULL;
+            if (str && cJSON_AddStringToObject(str, "type", "string"))
+                resp = object_with("response", str);
+            else
+                cJSON_Delete(str);
+            if (!resp || !alts || !(list = cJSON_AddArrayToObject(alts, "anyOf")) || !cJSON_AddItemToArray(list, root)) {
+                cJSON_Delete(resp);
+                cJSON_Delete(alts);
+                cJSON_Delete(root);
+                root = NULL;
+            } else {
+                cJSON_AddItemToArray(list, resp);
+                root = alts;
+            }
+        }
+        if (!root) {
+            (void)OOM();
+            goto done;
+        }
+        break;
+    }
+    }
+    /* the doc: {"$defs": {...}, <root's keywords>} */
+    cJSON *k;
+    while ((k = root->child)) {
+        cJSON_DetachItemViaPointer(root, k);
+        cJSON_AddItemToObject(doc, k->string, k);
+    }
+    cJSON_Delete(root);
+    char *text = cJSON_PrintUnformatted(doc);
+    if (!text) {
+        (void)OOM();
+        goto done;
+    }
+    char msg[256];
+    const bool framed = f != FT_TOOL_FORMAT_GENERIC;
+    int grc = ft_grammar_from_json_schema_frame(text, strlen(text), framed ? &fr : NULL, &r->grammar, msg, sizeof(msg));
+    cJSON_free(text);
+    if (grc == FT_ENOMEM) {
+        (void)OOM();
+        goto done;
+    }
+    if (grc) {
+        (void)BAD("tools", "the tools' parameters give no usable grammar: %s", msg);
+        goto done;
+    }
+    r->grammar_param = forced ? "tool_choice" : "tools";
+    /* auto: the grammar starts where a call does (generic answers are
+     * always JSON, so there it holds from the start) */
+    if (!forced && f == FT_TOOL_FORMAT_HERMES)
+        r->grammar_trigger = "<tool_call>";
+    else if (!forced && f == FT_TOOL_FORMAT_MISTRAL)
+        r->grammar_trigger = "[TOOL_CALLS]";
+    else if (!forced && f == FT_TOOL_FORMAT_LLAMA3)
+        r->grammar_trigger = "{", r->grammar_trigger_at_start = true;
+    rc = 0;
+done:
+    cJSON_Delete(calls);
+    cJSON_Delete(doc);
+    return rc;
 }
 
 void ft_api_tools_free(struct ft_api_request *r) {
@@ -199,6 +450,8 @@ void ft_api_tools_free(struct ft_api_request *r) {
         free(r->tool_names[i]);
     free(r->tool_names);
     r->tool_names = NULL;
+    free(r->tool_strict);
+    r->tool_strict = NULL;
     r->n_tools = 0;
     free(r->tool_choice_name);
     r->tool_choice_name = NULL;

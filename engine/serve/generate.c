@@ -5,6 +5,7 @@
 #include "ft/clock.h"
 #include "ft/common.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,11 +42,19 @@ int ft_gen_init(struct ft_gen *g, const struct ft_tokenizer *tok, int32_t n_voca
             FT_LOG_E("a grammar needs the token trie of this model's %d-token vocabulary", (int)n_vocab);
             return FT_EINVAL;
         }
-        if ((rc = ft_grammar_matcher_new(p->grammar, p->grammar_vocab, &g->grammar)) ||
-            !(g->masked = malloc(sizeof(float) * (size_t)n_vocab))) {
+        if ((rc = ft_grammar_matcher_new(p->grammar, p->grammar_vocab, &g->grammar))) {
             ft_gen_free(g);
-            return rc ? rc : FT_ENOMEM;
+            return rc;
         }
+        g->grammar_on = !p->grammar_trigger || !p->grammar_trigger[0];
+        g->trigger = g->grammar_on ? NULL : p->grammar_trigger;
+        g->trigger_at_start = p->grammar_trigger_at_start;
+    }
+    g->min_tokens = FT_MAX(0, p->min_tokens);
+    if ((g->grammar || g->min_tokens > 0) && !(g->masked = malloc(sizeof(float) * (size_t)n_vocab))) {
+        ft_gen_free(g);
+        FT_LOG_E("out of memory");
+        return FT_ENOMEM;
     }
     g->out_cap = 512;
     if (!(g->out = malloc(g->out_cap))) {
@@ -66,6 +75,9 @@ void ft_gen_free(struct ft_gen *g) {
     g->grammar = NULL;
     free(g->masked);
     g->masked = NULL;
+    free(g->watch);
+    g->watch = NULL;
+    g->watch_len = g->watch_cap = 0;
     ft_stop_free(&g->stop);
     g->stop.buf = NULL;
     ft_request_timing_free(&g->timing);
@@ -99,8 +111,12 @@ static int out_append(struct ft_gen *g, const char *s, size_t n) {
     return FT_OK;
 }
 
-/* Text through the stop matcher into g->out; sets finish on a match. */
+/* Text through the stop matcher into g->out; sets finish on a match.
+ * Before min_tokens the text bypasses the matcher, as vLLM checks stop
+ * strings only from the min_tokens-th token on. */
 static int release(struct ft_gen *g, const char *s, size_t n) {
+    if (g->n_tokens < g->min_tokens)
+        return out_append(g, s, n);
     const char *o;
     size_t ol;
     if (ft_stop_push(&g->stop, s, n, &o, &ol))
@@ -160,6 +176,71 @@ static int detok_release(struct ft_gen *g, int32_t t) {
     return rc;
 }
 
+/* Start a lazy grammar on text[0..n) (from its trigger on). Text the
+ * grammar rejects gives up: the answer goes on unconstrained (a call in it
+ * is then not well-formed, and the tool parser returns it as content). */
+static int trigger_grammar(struct ft_gen *g, const char *text, size_t n) {
+    g->trigger = NULL;
+    g->watch_len = 0;
+    int rc = ft_grammar_matcher_accept_bytes(g->grammar, text, n);
+    if (rc == FT_OK)
+        g->grammar_on = true;
+    return rc == FT_EINVAL ? FT_OK : rc;
+}
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* A lazy grammar: look for the trigger in the text so far, token t added.
+ * Only the last strlen(trigger) - 1 bytes before t can start a match, so
+ * the watch window stays that short (anchored triggers: the answer's first
+ * non-whitespace bytes, so at most the trigger's length). */
+static int watch_trigger(struct ft_gen *g, int32_t t) {
+    if (ft_tokenizer_is_eog(g->tok, t))
+        return FT_OK;
+    const size_t k = strlen(g->trigger);
+    char small[256];
+    int n = ft_token_to_piece(g->tok, t, false, small, sizeof(small));
+    if (n < 0)
+        return n;
+    const size_t need = g->watch_len + (size_t)n + 1;
+    if (need > g->watch_cap) {
+        char *w = realloc(g->watch, need);
+        if (!w)
+            return FT_ENOMEM;
+        g->watch = w;
+        g->watch_cap = need;
+    }
+    if ((size_t)n < sizeof(small))
+        memcpy(g->watch + g->watch_len, small, (size_t)n);
+    else if (ft_token_to_piece(g->tok, t, false, g->watch + g->watch_len, (size_t)n + 1) != n)
+        return FT_EINVAL;
+    g->watch_len += (size_t)n;
+    if (g->trigger_at_start) {
+        size_t i = 0;
+        while (i < g->watch_len && is_space(g->watch[i]))
+            i++;
+        const size_t rest = g->watch_len - i;
+        if (rest == 0) {
+            g->watch_len = 0;
+            return FT_OK;
+        }
+        if (rest >= k && memcmp(g->watch + i, g->trigger, k) == 0)
+            return trigger_grammar(g, g->watch + i, rest);
+        if (rest < k && memcmp(g->watch + i, g->trigger, rest) == 0)
+            return FT_OK; /* may still become the trigger */
+        g->trigger = NULL;  /* the answer starts otherwise: no call */
+        return FT_OK;
+    }
+    for (size_t i = 0; i + k <= g->watch_len; i++)
+        if (memcmp(g->watch + i, g->trigger, k) == 0)
+            return trigger_grammar(g, g->watch + i, g->watch_len - i);
+    if (g->watch_len >= k) {
+        memmove(g->watch, g->watch + g->watch_len - (k - 1), k - 1);
+        g->watch_len = k - 1;
+    }
+    return FT_OK;
+}
+
 int ft_gen_step(struct ft_gen *g, const float *logits) {
     g->out_len = 0;
     g->out[0] = '\0';
@@ -167,10 +248,12 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
         return FT_OK;
     int rc;
     const float *raw = logits; /* logprobs are the model's, before the grammar's mask */
-    if (g->grammar) {
+    const bool early = g->n_tokens < g->min_tokens && !g->ignore_eos;
+    if ((g->grammar && g->grammar_on) || early)
+        memcpy(g->masked, logits, sizeof(float) * (size_t)g->n_vocab);
+    if (g->grammar && g->grammar_on) {
         /* mask, sample among what the grammar allows, advance it */
         int32_t n_allowed = 0;
-        memcpy(g->masked, logits, sizeof(float) * (size_t)ft_grammar_vocab_n_tokens(ft_grammar_matcher_vocab(g->grammar)));
         if ((rc = ft_grammar_matcher_apply(g->grammar, g->masked, &n_allowed)))
             goto grammar_error;
         if (n_allowed == 0) {
@@ -178,12 +261,27 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
             g->finish = FT_FINISH_STOP;
             return flush(g);
         }
-        logits = g->masked;
     }
+    if (early) {
+        /* min_tokens: no end of generation yet, unless it is all the
+         * grammar allows */
+        const int32_t *eog;
+        const size_t n_eog = ft_tokenizer_eog_ids(g->tok, &eog);
+        bool other = !(g->grammar && g->grammar_on);
+        for (int32_t i = 0; !other && i < g->n_vocab; i++)
+            other = g->masked[i] != -INFINITY && !ft_tokenizer_is_eog(g->tok, i);
+        for (size_t i = 0; other && i < n_eog; i++)
+            if (eog[i] >= 0 && eog[i] < g->n_vocab)
+                g->masked[eog[i]] = -INFINITY;
+    }
+    if ((g->grammar && g->grammar_on) || early)
+        logits = g->masked;
     const int32_t t = ft_sampler_sample(g->sampler, logits);
     if (g->logprobs) /* only when asked: two passes over the vocabulary */
         ft_logprobs_compute(raw, g->n_vocab, t, g->top_logprobs, &g->lp);
-    if (g->grammar && (rc = ft_grammar_matcher_accept_token(g->grammar, t)))
+    if (g->grammar && g->grammar_on && (rc = ft_grammar_matcher_accept_token(g->grammar, t)))
+        goto grammar_error;
+    if (g->grammar && !g->grammar_on && g->trigger && (rc = watch_trigger(g, t)))
         goto grammar_error;
     if ((rc = ft_request_timing_token(&g->timing, ft_clock_ticks())) || (rc = push_token(g, t)))
         goto oom;
@@ -193,7 +291,7 @@ int ft_gen_step(struct ft_gen *g, const float *logits) {
     } else {
         if ((rc = detok_release(g, t)))
             goto oom;
-        if (!g->finish && g->grammar && ft_grammar_matcher_done(g->grammar))
+        if (!g->finish && g->grammar && g->grammar_on && ft_grammar_matcher_done(g->grammar))
             g->finish = FT_FINISH_STOP; /* the grammar is complete and nothing may follow */
         if (!g->finish && ((g->max_tokens > 0 && g->n_tokens >= g->max_tokens) || g->n_past >= g->n_ctx))
             g->finish = FT_FINISH_LENGTH;

@@ -16,6 +16,11 @@ struct ft_candidate {
     float p;
 };
 
+struct typ_score {
+    float score; /* |-log p - entropy| */
+    int32_t pos; /* index into the candidates */
+};
+
 struct ft_sampler {
     struct ft_sampler_params params;
     int32_t n_vocab;
@@ -25,8 +30,11 @@ struct ft_sampler {
     int32_t history_cap;
     int32_t history_len;
     int32_t history_head;
+    struct ft_logit_bias *bias; /* a copy of params.logit_bias */
     /* scratch */
     struct ft_candidate *cand;
+    struct ft_candidate *kept; /* typical: the kept candidates (n_vocab) */
+    struct typ_score *scores;  /* typical: (n_vocab) */
     float *work_logits;
     int32_t *counts; /* per-token occurrences within the window */
 };
@@ -41,6 +49,7 @@ struct ft_sampler_params ft_sampler_default_params(void) {
         .repeat_last_n = 64,
         .presence_penalty = 0.0f,
         .frequency_penalty = 0.0f,
+        .typical_p = 1.0f,
         .seed = 0,
     };
     return p;
@@ -71,6 +80,19 @@ int ft_sampler_params_check(const struct ft_sampler_params *p) {
         FT_LOG_E("frequency_penalty must be in [-2, 2] (got %g)", p->frequency_penalty);
         return FT_EINVAL;
     }
+    if (!(p->typical_p >= 0.0f && p->typical_p <= 1.0f)) {
+        FT_LOG_E("typical_p must be in [0, 1] (got %g)", p->typical_p);
+        return FT_EINVAL;
+    }
+    if (p->n_logit_bias < 0 || p->n_logit_bias > FT_SAMPLER_MAX_LOGIT_BIAS || (p->n_logit_bias && !p->logit_bias)) {
+        FT_LOG_E("logit_bias must have 0 to %d entries (got %d)", FT_SAMPLER_MAX_LOGIT_BIAS, p->n_logit_bias);
+        return FT_EINVAL;
+    }
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (isnan(p->logit_bias[i].bias) || p->logit_bias[i].bias == INFINITY) {
+            FT_LOG_E("logit_bias[%d] must be a number or -infinity", i);
+            return FT_EINVAL;
+        }
     if (p->repeat_last_n < -1 || p->repeat_last_n > (1 << 20)) {
         FT_LOG_E("repeat_last_n must be in [-1, 1048576] (got %d)", p->repeat_last_n);
         return FT_EINVAL;
@@ -123,6 +145,21 @@ int ft_sampler_new(const struct ft_sampler_params *p, int32_t n_vocab, struct ft
     s->history_cap = p->repeat_last_n < 0 ? 4096 : p->repeat_last_n;
     if (s->history_cap > 0 && !(s->history = malloc(sizeof(int32_t) * (size_t)s->history_cap)))
         goto oom;
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab) {
+            ft_sampler_free(s);
+            FT_LOG_E("logit_bias names token %d, outside the vocabulary of %d", p->logit_bias[i].token, n_vocab);
+            return FT_EINVAL;
+        }
+    s->params.logit_bias = NULL; /* the caller's; s->bias is ours */
+    if (p->n_logit_bias > 0) {
+        if (!(s->bias = malloc(sizeof(*s->bias) * (size_t)p->n_logit_bias)))
+            goto oom;
+        memcpy(s->bias, p->logit_bias, sizeof(*s->bias) * (size_t)p->n_logit_bias);
+    }
+    if (p->typical_p < 1.0f && (!(s->kept = malloc(sizeof(*s->kept) * (size_t)n_vocab)) ||
+                                !(s->scores = malloc(sizeof(*s->scores) * (size_t)n_vocab))))
+        goto oom;
     s->cand = malloc(sizeof(*s->cand) * (size_t)n_vocab);
     s->work_logits = malloc(sizeof(float) * (size_t)n_vocab);
     s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
@@ -140,6 +177,9 @@ void ft_sampler_free(struct ft_sampler *s) {
     if (!s)
         return;
     free(s->history);
+    free(s->bias);
+    free(s->kept);
+    free(s->scores);
     free(s->cand);
     free(s->work_logits);
     free(s->counts);
@@ -246,10 +286,55 @@ static void softmax_sorted(struct ft_candidate *c, int32_t n, float temperature)
         c[i].p = (float)(c[i].p / sum);
 }
 
+static int cmp_typ(const void *a, const void *b) {
+    const struct typ_score *x = a, *y = b;
+    if (x->score < y->score)
+        return -1;
+    if (x->score > y->score)
+        return 1;
+    return x->pos - y->pos; /* ties: the more likely first (c is sorted) */
+}
+
+/* Locally typical sampling as llama.cpp's llama_sampler_typical (min_keep
+ * 0): over c[0..k) (sorted, p their softmax), keep the tokens whose
+ * information -log p is closest to the entropy until their mass exceeds
+ * typ_p; the kept ones come back sorted by logit, p renormalized (what
+ * llama.cpp's next sampler recomputes). Returns their count. */
+static int32_t apply_typical(struct ft_sampler *s, struct ft_candidate *c, int32_t k, float typ_p) {
+    float entropy = 0.0f;
+    for (int32_t i = 0; i < k; i++)
+        if (c[i].p > 0.0f)
+            entropy += -c[i].p * logf(c[i].p);
+    struct typ_score *sc = s->scores;
+    for (int32_t i = 0; i < k; i++) {
+        sc[i].score = c[i].p > 0.0f ? fabsf(-logf(c[i].p) - entropy) : INFINITY;
+        sc[i].pos = i;
+    }
+    qsort(sc, (size_t)k, sizeof(*sc), cmp_typ);
+    float cum = 0.0f;
+    int32_t keep = k;
+    for (int32_t i = 0; i < k; i++) {
+        cum += c[sc[i].pos].p;
+        if (cum > typ_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    for (int32_t i = 0; i < keep; i++)
+        s->kept[i] = c[sc[i].pos];
+    memcpy(c, s->kept, sizeof(*c) * (size_t)keep);
+    qsort(c, (size_t)keep, sizeof(*c), cmp_cand_desc);
+    softmax_sorted(c, keep, 1.0f);
+    return keep;
+}
+
 int32_t ft_sampler_sample(struct ft_sampler *s, const float *in_logits) {
     const struct ft_sampler_params *p = &s->params;
     float *logits = s->work_logits;
     memcpy(logits, in_logits, sizeof(float) * (size_t)s->n_vocab);
+    /* logit_bias first, as llama.cpp's chain starts with it */
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        logits[s->bias[i].token] += s->bias[i].bias;
     apply_penalties(s, logits);
 
     struct ft_candidate *c = s->cand;
@@ -259,7 +344,8 @@ int32_t ft_sampler_sample(struct ft_sampler *s, const float *in_logits) {
         c[i].logit = isnan(logits[i]) ? -INFINITY : logits[i];
     }
 
-    if (p->temperature <= 0.0f) {
+    const bool typical = p->typical_p < 1.0f;
+    if (p->temperature <= 0.0f && !typical) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++)
             if (c[i].logit > c[best].logit)
@@ -271,7 +357,7 @@ int32_t ft_sampler_sample(struct ft_sampler *s, const float *in_logits) {
      * of the mass: probabilities are relative to the full-vocabulary softmax,
      * computed once with the max logit and the total sum. */
     int32_t k = p->top_k > 0 ? FT_MIN(p->top_k, n) : n;
-    if (k == n && p->top_p < 1.0f) {
+    if (k == n && p->top_p < 1.0f && !typical) {
         float max = -INFINITY;
         for (int32_t i = 0; i < n; i++)
             max = c[i].logit > max ? c[i].logit : max;
@@ -294,6 +380,11 @@ int32_t ft_sampler_sample(struct ft_sampler *s, const float *in_logits) {
     } else {
         select_top(c, n, k);
         softmax_sorted(c, k, 1.0f);
+    }
+    if (typical) {
+        k = apply_typical(s, c, k, p->typical_p);
+        if (p->temperature <= 0.0f)
+            return c[0].id; /* greedy among the typical set */
     }
 
     /* top-p and min-p on the distribution before temperature, as llama.cpp */

@@ -987,3 +987,30 @@ done:;
     gb_free(&b);
     return rc;
 }
+
+int ft_grammar_from_choices(const char *const *choices, size_t n, struct ft_grammar **out, char *err, size_t err_cap) {
+    *out = NULL;
+    struct gbuild b;
+    gb_init(&b, err, err_cap);
+    size_t total = 0;
+    if (n == 0 || n > FT_GRAMMAR_MAX_CHOICES)
+        gb_fail(&b, FT_EINVAL, "give 1 to %d choices (got %zu)", FT_GRAMMAR_MAX_CHOICES, n);
+    for (size_t i = 0; !b.rc && i < n; i++) {
+        const size_t len = strlen(choices[i]);
+        if (len == 0)
+            gb_fail(&b, FT_EINVAL, "choice %zu is empty", i);
+        else if ((total += len) > FT_GRAMMAR_MAX_SOURCE)
+            gb_fail(&b, FT_ERANGE, "the choices are longer than %u bytes in all", FT_GRAMMAR_MAX_SOURCE);
+    }
+    int32_t root = b.rc ? -1 : gb_rule(&b, NULL);
+    for (size_t i = 0; root >= 0 && i < n; i++) {
+        if (i)
+            gb_alt(&b, root);
+        gb_lit(&b, root, choices[i], strlen(choices[i]));
+    }
+    if (root >= 0 && !b.rc)
+        gb_finish(&b, root, out);
+    int rc = b.rc;
+    gb_free(&b);
+    return rc;
+}

@@ -12,6 +12,7 @@
 #include "grammar_internal.h"
 
 #include "ft/common.h"
+#include "ft/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct re {
     const char *s, *p, *end;
     int depth;
     int32_t str_char; /* any JSON string character (for unanchored ends) */
+    bool raw;         /* characters as themselves, not as JSON string text */
 };
 
 #define RE_FAIL(re, ...) gb_fail((re)->b, FT_EUNSUPPORTED, __VA_ARGS__)
@@ -101,6 +103,13 @@ static bool cps_has(const struct cpset *c, uint32_t x) {
 /* A rule matching the JSON text of one character of the set. */
 static int32_t cps_rule(struct re *re, const struct cpset *c) {
     struct gbuild *b = re->b;
+    if (re->raw) {
+        if (c->n == 0)
+            return RE_FAIL(re, "'pattern' has a class that matches no character");
+        int32_t r = gb_rule(b, NULL);
+        gb_utf8_range(b, r, c->r, c->n);
+        return b->rc ? -1 : r;
+    }
     /* plain characters: the set minus controls, '"' and '\\' */
     struct cpset plain;
     plain.n = 0;
@@ -404,8 +413,8 @@ static int re_alternatives(struct re *re, int32_t rule) {
     }
 }
 
-int ft_grammar_regex(struct gbuild *b, int32_t rule, const char *s, size_t len) {
-    struct re re = {.b = b, .s = s, .p = s, .end = s + len};
+static int regex_compile(struct gbuild *b, int32_t rule, const char *s, size_t len, bool raw) {
+    struct re re = {.b = b, .s = s, .p = s, .end = s + len, .raw = raw};
     struct cpset any;
     any.n = 0;
     cps_add(&re, &any, 0, 0x10ffff);
@@ -414,7 +423,7 @@ int ft_grammar_regex(struct gbuild *b, int32_t rule, const char *s, size_t len) 
     bool anchored_end = len > 0 && s[len - 1] == '$' && (len < 2 || s[len - 2] != '\\');
     if (anchored_start)
         re.p++;
-    if (!anchored_start)
+    if (!anchored_start && !raw)
         gb_ref(b, rule, gb_repeat(b, any_char, 0, -1));
     int32_t body = gb_rule(b, NULL);
     if (body < 0 || re_alternatives(&re, body))
@@ -424,7 +433,31 @@ int ft_grammar_regex(struct gbuild *b, int32_t rule, const char *s, size_t len) 
     if (re.p != re.end)
         return RE_FAIL(&re, "'pattern' has an unmatched ')' at byte %zu", (size_t)(re.p - s));
     gb_ref(b, rule, body);
-    if (!anchored_end)
+    if (!anchored_end && !raw)
         gb_ref(b, rule, gb_repeat(b, any_char, 0, -1));
     return b->rc ? -1 : 0;
+}
+
+int ft_grammar_regex(struct gbuild *b, int32_t rule, const char *s, size_t len) {
+    return regex_compile(b, rule, s, len, false);
+}
+
+int ft_grammar_from_regex(const char *s, size_t len, struct ft_grammar **out, char *err, size_t err_cap) {
+    *out = NULL;
+    struct gbuild b;
+    gb_init(&b, err, err_cap);
+    if (len > FT_GRAMMAR_MAX_SOURCE)
+        gb_fail(&b, FT_ERANGE, "the regular expression is longer than %u bytes", FT_GRAMMAR_MAX_SOURCE);
+    else if (!ft_utf8_valid(s, len))
+        gb_fail(&b, FT_EINVAL, "the regular expression is not valid UTF-8");
+    int32_t root = b.rc ? -1 : gb_rule(&b, NULL);
+    if (root >= 0 && !regex_compile(&b, root, s, len, true))
+        gb_finish(&b, root, out);
+    int rc = b.rc;
+    gb_free(&b);
+    /* The messages name JSON Schema's keyword; here it is the whole regex. */
+    char *k;
+    while (rc && err && (k = strstr(err, "'pattern'")))
+        memcpy(k, "the regex", 9);
+    return rc;
 }

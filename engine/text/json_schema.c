@@ -997,11 +997,22 @@ static int32_t sc_schema(struct sc *sc, const cJSON *s, int depth) {
 }
 
 int ft_grammar_from_json_schema(const char *text, size_t len, struct ft_grammar **out, char *err, size_t err_cap) {
-    return ft_grammar_from_json_schema_framed(text, len, NULL, NULL, out, err, err_cap);
+    return ft_grammar_from_json_schema_frame(text, len, NULL, out, err, err_cap);
 }
 
 int ft_grammar_from_json_schema_framed(const char *text, size_t len, const char *prefix, const char *suffix,
                                        struct ft_grammar **out, char *err, size_t err_cap) {
+    const struct ft_grammar_frame f = {.open = prefix, .close = suffix, .max_items = 1};
+    return ft_grammar_from_json_schema_frame(text, len, &f, out, err, err_cap);
+}
+
+static void lit_opt(struct gbuild *b, int32_t rule, const char *s) {
+    if (s && *s)
+        gb_lit(b, rule, s, strlen(s));
+}
+
+int ft_grammar_from_json_schema_frame(const char *text, size_t len, const struct ft_grammar_frame *f,
+                                      struct ft_grammar **out, char *err, size_t err_cap) {
     *out = NULL;
     struct gbuild b;
     gb_init(&b, err, err_cap);
@@ -1009,6 +1020,11 @@ int ft_grammar_from_json_schema_framed(const char *text, size_t len, const char 
     cJSON *doc = NULL;
     if (len > FT_GRAMMAR_MAX_SOURCE) {
         gb_fail(&b, FT_ERANGE, "the schema is longer than %u bytes", FT_GRAMMAR_MAX_SOURCE);
+        goto done;
+    }
+    if (f && (f->max_items < 0 || f->max_items > FT_GRAMMAR_MAX_REPEAT)) {
+        gb_fail(&b, FT_EINVAL, "a frame repeats its item 0 to %d times (got %d)", FT_GRAMMAR_MAX_REPEAT,
+                (int)f->max_items);
         goto done;
     }
     doc = cJSON_ParseWithLength(text, len);
@@ -1020,13 +1036,23 @@ int ft_grammar_from_json_schema_framed(const char *text, size_t len, const char 
     gjson_init(&b, &sc.j);
     /* the root is a $ref to "#" so a schema may refer to itself */
     int32_t root = sc_ref(&sc, "#", 0);
-    if (root >= 0 && ((prefix && *prefix) || (suffix && *suffix))) {
+    if (root >= 0 && f) {
+        /* item ::= open schema close; rest ::= sep item; the whole:
+         * prefix item rest{0, max_items - 1} suffix */
+        int32_t item = gb_rule(&b, NULL);
+        lit_opt(&b, item, f->open);
+        gb_ref(&b, item, root);
+        lit_opt(&b, item, f->close);
         int32_t framed = gb_rule(&b, NULL);
-        if (prefix)
-            gb_lit(&b, framed, prefix, strlen(prefix));
-        gb_ref(&b, framed, root);
-        if (suffix)
-            gb_lit(&b, framed, suffix, strlen(suffix));
+        lit_opt(&b, framed, f->prefix);
+        gb_ref(&b, framed, item);
+        if (f->max_items != 1) {
+            int32_t rest = gb_rule(&b, NULL);
+            lit_opt(&b, rest, f->sep);
+            gb_ref(&b, rest, item);
+            gb_ref(&b, framed, gb_repeat(&b, rest, 0, f->max_items > 0 ? f->max_items - 1 : -1));
+        }
+        lit_opt(&b, framed, f->suffix);
         root = framed;
     }
     if (root >= 0)

@@ -56,6 +56,31 @@ int ft_grammar_from_json_schema(const char *schema, size_t len, struct ft_gramma
 int ft_grammar_from_json_schema_framed(const char *schema, size_t len, const char *prefix, const char *suffix,
                                        struct ft_grammar **out, char *err, size_t err_cap);
 
+/* Several documents of one schema in fixed text: `prefix`, then 1 to
+ * max_items (0: any number, else at most FT_GRAMMAR_MAX_REPEAT) items
+ * `open` SCHEMA `close` separated by `sep`, then `suffix`. Every string may
+ * be NULL or "". Hermes' parallel calls are open "<tool_call>\n", close
+ * "\n</tool_call>", sep "\n"; Mistral's prefix "[TOOL_CALLS][", sep ", ",
+ * suffix "]". */
+struct ft_grammar_frame {
+    const char *prefix, *open, *close, *sep, *suffix;
+    int32_t max_items;
+};
+int ft_grammar_from_json_schema_frame(const char *schema, size_t len, const struct ft_grammar_frame *f,
+                                      struct ft_grammar **out, char *err, size_t err_cap);
+
+/* Exactly one of n strings (vLLM's guided_choice): 1 to FT_GRAMMAR_MAX_CHOICES
+ * non-empty strings of at most FT_GRAMMAR_MAX_SOURCE bytes in all. */
+#define FT_GRAMMAR_MAX_CHOICES 4096
+int ft_grammar_from_choices(const char *const *choices, size_t n, struct ft_grammar **out, char *err,
+                            size_t err_cap);
+
+/* Text that matches a regular expression as a whole (vLLM's guided_regex):
+ * the subset JSON Schema patterns have (grammar_regex.c), characters as
+ * themselves rather than JSON-escaped, anchored at both ends whether or not
+ * it starts with ^ and ends with $. */
+int ft_grammar_from_regex(const char *re, size_t len, struct ft_grammar **out, char *err, size_t err_cap);
+
 /* Any JSON object (response_format {"type": "json_object"}). */
 int ft_grammar_json_object(struct ft_grammar **out);
 

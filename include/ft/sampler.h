@@ -1,13 +1,24 @@
-/* Token sampling: repetition/presence/frequency penalties, top-k, top-p,
- * min-p and temperature, applied in llama.cpp's default order
- * (penalties -> top-k -> top-p -> min-p -> temperature -> draw), then a draw
- * from a seeded generator, so the same seed and settings give the same
- * tokens. temperature <= 0 means greedy (argmax after penalties). */
+/* Token sampling: logit bias, repetition/presence/frequency penalties,
+ * top-k, locally typical sampling, top-p, min-p and temperature, applied in
+ * llama.cpp's default order (logit bias -> penalties -> top-k -> typical ->
+ * top-p -> min-p -> temperature -> draw), then a draw from a seeded
+ * generator, so the same seed and settings give the same tokens.
+ * temperature <= 0 means greedy: the argmax after bias and penalties (and,
+ * with typical_p < 1, among the typical set, as llama.cpp's chain does). */
 #ifndef FT_SAMPLER_H
 #define FT_SAMPLER_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* One entry of OpenAI's logit_bias: added to the token's logit before
+ * sampling; -INFINITY bans it (llama.cpp's `false`). */
+struct ft_logit_bias {
+    int32_t token;
+    float bias;
+};
+
+#define FT_SAMPLER_MAX_LOGIT_BIAS 4096
 
 struct ft_sampler_params {
     float temperature;      /* <= 0: greedy */
@@ -18,6 +29,11 @@ struct ft_sampler_params {
     int32_t repeat_last_n;  /* window for all penalties; 0: off, -1: whole history */
     float presence_penalty; /* 0: off */
     float frequency_penalty;/* 0: off */
+    float typical_p;        /* locally typical sampling (Meister et al.); >= 1: off */
+    /* Entries applied in order (a token given twice gets both); copied by
+     * ft_sampler_new, at most FT_SAMPLER_MAX_LOGIT_BIAS, ids < n_vocab. */
+    const struct ft_logit_bias *logit_bias;
+    int32_t n_logit_bias;
     uint64_t seed;
 };
 

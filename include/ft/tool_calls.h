@@ -16,10 +16,11 @@
  *
  * The parser never invents a call: text that is not exactly a well-formed
  * call of an offered tool (an unknown name, arguments that are not a JSON
- * object, an unclosed block) stays content. Forcing a call (tool_choice
- * "required" or a named function) needs constrained decoding: a grammar
- * built from the tool's parameter schema has to make the model write the
- * format below; the parser then reads it unchanged.
+ * object, an unclosed block) stays content. Forced and strict calls
+ * (tool_choice "required" or a named function, strict: true) are written
+ * by the model under a grammar built from the tools' parameter schemas in
+ * the format below (http/tool_request.c, ft_api_tools_grammar); the parser
+ * then reads them unchanged.
  *
  * Streaming: struct ft_tool_stream passes content through as it arrives and
  * holds back only text that may be the start of a call (a partial

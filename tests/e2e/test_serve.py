@@ -561,11 +561,12 @@ BAD_CHAT = [
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, "logprobs", "boolean"),
     ({"messages": [{"role": "user", "content": "x"}], "stream_options": 3}, "stream_options", None),
     # Fields that would change the answer and are not implemented: refused, not ignored.
-    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 10}}, "logit_bias", "not supported"),
+    ({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"99999999": 10}}, "logit_bias", "outside"),
+    ({"messages": [{"role": "user", "content": "x"}], "mirostat": 2}, "mirostat", "not supported"),
     ({"messages": [{"role": "user", "content": "x"}], "prediction": {"type": "content"}}, "prediction", None),
     ({"messages": [{"role": "user", "content": "x"}], "modalities": ["text", "audio"]}, "modalities", "text"),
     ({"messages": [{"role": "user", "content": "x"}], "audio": {"voice": "x"}}, "audio", None),
-    ({"messages": [{"role": "user", "content": "x"}], "min_tokens": 4}, "min_tokens", None),
+    ({"messages": [{"role": "user", "content": "x"}], "min_tokens": -4}, "min_tokens", None),
 ]
 
 

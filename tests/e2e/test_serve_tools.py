@@ -118,14 +118,13 @@ def test_stream_with_tools_matches_non_stream(srv):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
     ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
     ({"tool_choice": "sometimes"}, "tool_choice"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
     ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]}, "tools[0].function.strict"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}, "tools[0].function.strict"),
     ({"messages": [{"role": "tool", "content": "18C"}]}, "messages[0].tool_call_id"),
     ({"messages": [{"role": "user", "content": "hi"},
                    {"role": "assistant", "content": None, "tool_calls": [
@@ -151,4 +150,35 @@ def test_apply_template_rejects_what_chat_rejects(srv):
     assert status == 400 and body["error"]["param"] == "messages"
     status, body = srv.post("/apply-template", {"messages": [{"role": "user", "content": "x"}],
                                                 "tool_choice": "required"})
-    assert status == 400 and body["error"]["param"] == "tool_choice"
+    assert status == 400 and body["error"]["param"] == "tool_choice"  # without tools
+
+
+def test_forced_call_on_a_random_model(srv):
+    """Even a model of random weights answers a forced call with a call of
+    the named tool whose arguments follow its schema (the grammar's work;
+    tests/e2e/test_serve_tools_forced.py does this on Gemma in each format)."""
+    c = srv.client()
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"type": "integer",
+                                                                                  "minimum": 1, "maximum": 9}},
+        "required": ["city", "days"], "additionalProperties": False}}},
+             {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+    for stream in (False, True):
+        args = dict(model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=tools, max_tokens=200,
+                    temperature=0, parallel_tool_calls=False,
+                    tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        if stream:
+            name, arguments, finish = None, "", None
+            for chunk in c.chat.completions.create(stream=True, **args):
+                for ch in chunk.choices:
+                    for tc in ch.delta.tool_calls or []:
+                        name = tc.function.name or name
+                        arguments += tc.function.arguments or ""
+                    finish = ch.finish_reason or finish
+        else:
+            ch = c.chat.completions.create(**args).choices[0]
+            finish, name, arguments = ch.finish_reason, ch.message.tool_calls[0].function.name, \
+                ch.message.tool_calls[0].function.arguments
+        assert finish == "tool_calls" and name == "get_weather"
+        a = json.loads(arguments)
+        assert set(a) == {"city", "days"} and a["city"] in ("Paris", "Rome") and 1 <= a["days"] <= 9, a

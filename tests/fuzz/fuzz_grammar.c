@@ -3,8 +3,11 @@
  * GBNF and JSON Schema text arrive from the network in `grammar`,
  * `response_format` and friends.
  *
- * Input layout: one byte picking the compiler (low bit: 0 GBNF, 1 JSON
- * Schema), then the source. A grammar that compiles is then run: masks over
+ * Input layout: one byte picking the compiler (low two bits: 0 GBNF, 1 JSON
+ * Schema, 2 a whole-text regex as guided_regex compiles it, 3 a JSON
+ * Schema in a frame of repeated items as forced tool calls use it; bit 2
+ * with 0 instead splits the source at newlines into guided_choice
+ * strings), then the source. A grammar that compiles is then run: masks over
  * the llama-spm vocabulary (32k tokens, from ../shared) and byte steps driven
  * by the input, so the matcher's bounds (parses, stacks, states) are
  * exercised by whatever grammar the fuzzer finds. Must never crash, leak,
@@ -57,8 +60,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t n = size - 1;
     struct ft_grammar *gr = NULL;
     char err[256] = "";
-    const int rc = (data[0] & 1) ? ft_grammar_from_json_schema(src, n, &gr, err, sizeof(err))
-                                 : ft_grammar_from_gbnf(src, n, &gr, err, sizeof(err));
+    int rc;
+    static const struct ft_grammar_frame frame = {
+        .prefix = "[C][", .open = "<c>\n", .close = "\n</c>", .sep = ", ", .suffix = "]", .max_items = 3};
+    switch (data[0] & 3) {
+    case 0:
+        if (data[0] & 4) {
+            /* choices: the source's lines (NUL-free copies) */
+            char *copy = malloc(n + 1);
+            const char **lines = malloc(sizeof(char *) * (n + 1));
+            if (!copy || !lines)
+                abort();
+            memcpy(copy, src, n);
+            copy[n] = '\0';
+            size_t k = 0;
+            for (char *p = copy, *nl; p; p = nl ? nl + 1 : NULL) {
+                nl = strchr(p, '\n');
+                if (nl)
+                    *nl = '\0';
+                lines[k++] = p;
+            }
+            rc = memchr(src, 0, n) ? FT_EINVAL : ft_grammar_from_choices(lines, k, &gr, err, sizeof(err));
+            if (rc == FT_EINVAL && !err[0])
+                snprintf(err, sizeof(err), "NUL in a choice");
+            free(lines);
+            free(copy);
+        } else {
+            rc = ft_grammar_from_gbnf(src, n, &gr, err, sizeof(err));
+        }
+        break;
+    case 1: rc = ft_grammar_from_json_schema(src, n, &gr, err, sizeof(err)); break;
+    case 2: rc = ft_grammar_from_regex(src, n, &gr, err, sizeof(err)); break;
+    default: rc = ft_grammar_from_json_schema_frame(src, n, &frame, &gr, err, sizeof(err)); break;
+    }
     if (rc) {
         if (gr || (rc != FT_ENOMEM && err[0] == '\0'))
             abort(); /* an error must leave nothing behind and say why */

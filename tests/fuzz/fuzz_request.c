@@ -3,11 +3,13 @@
  * /v1/completions, plus the response and error builders fed with what the
  * parser accepted.
  *
- * Input layout: one byte picking the endpoint (low bit), then the body.
- * Must never crash, leak, hang or trip a sanitizer; 400s are fine. An
- * accepted request must satisfy what the server relies on: bounded counts,
- * valid UTF-8 strings, ranges inside the sampler's limits, tools bounded
- * and normalized, no forced tool_choice (refused until there is a grammar).
+ * Input layout: one byte picking the endpoint (low bit) and the tool-call
+ * format (bits 1-2), then the body. Must never crash, leak, hang or trip a
+ * sanitizer; 400s are fine. An accepted request must satisfy what the
+ * server relies on: bounded counts, valid UTF-8 strings, ranges inside the
+ * sampler's limits (logit_bias ids inside the vocabulary), tools bounded
+ * and normalized, and a forced tool_choice either a grammar or a 400
+ * (ft_api_tools_grammar in the format picked).
  * Seeds: tests/fuzz/corpus/request.
  */
 #include "http/errors.h"
@@ -20,6 +22,7 @@
 #include "fuzz_quiet.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,8 +80,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     for (int32_t i = 0; i < r.n_tools; i++)
         check_str(r.tool_names[i]);
-    if (r.tool_choice == FT_API_TOOL_CHOICE_REQUIRED || r.tool_choice == FT_API_TOOL_CHOICE_FUNCTION)
-        abort(); /* refused until constrained decoding exists */
+    /* logit_bias: ids in the vocabulary, values in range or a ban */
+    if (r.n_logit_bias > FT_API_MAX_LOGIT_BIAS || r.n_logit_bias + r.n_bias_text > FT_API_MAX_LOGIT_BIAS ||
+        r.sampling.n_logit_bias != r.n_logit_bias)
+        abort();
+    for (int32_t i = 0; i < r.n_logit_bias; i++)
+        if (r.logit_bias[i].token < 0 || r.logit_bias[i].token >= 8000 ||
+            !(r.logit_bias[i].bias == -INFINITY || (r.logit_bias[i].bias >= -100 && r.logit_bias[i].bias <= 100)))
+            abort();
+    for (int32_t i = 0; i < r.n_bias_text; i++)
+        check_str(r.bias_text[i]);
+    if (r.min_tokens < 0 || (r.max_tokens > 0 && r.min_tokens > r.max_tokens))
+        abort();
+    /* forced or strict calls: a grammar, or a 400 naming the field */
+    const bool forced = r.tool_choice == FT_API_TOOL_CHOICE_REQUIRED || r.tool_choice == FT_API_TOOL_CHOICE_FUNCTION;
+    const bool had_grammar = r.grammar != NULL;
+    static const enum ft_tool_format formats[] = {FT_TOOL_FORMAT_GENERIC, FT_TOOL_FORMAT_HERMES, FT_TOOL_FORMAT_LLAMA3,
+                                                  FT_TOOL_FORMAT_MISTRAL};
+    if (ep == FT_API_CHAT) {
+        if (ft_api_tools_grammar(&r, formats[(data[0] >> 1) & 3], &err)) {
+            if ((err.status != 400 && err.status != 500) || !err.param[0])
+                abort();
+        } else if (forced && r.n_tools > 0 && !r.grammar) {
+            abort();
+        } else if (!forced && !had_grammar && r.grammar && !r.grammar_param) {
+            abort();
+        }
+    }
     if (ep == FT_API_CHAT && r.n_messages < 1)
         abort();
     if (r.n < 1 || r.n > FT_API_MAX_N || r.top_logprobs < 0 || r.top_logprobs > FT_API_MAX_TOP_LOGPROBS ||

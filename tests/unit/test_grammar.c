@@ -246,6 +246,68 @@ static void test_schema(const struct ft_grammar_vocab *v) {
     check_cases(g, v, c5, FT_ARRAY_LEN(c5), "framed tool call");
     ft_grammar_free(g);
 
+    /* frames: several calls, each in its markup, separated; at most max_items */
+    static const char call[] = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"}},"
+                               "\"required\":[\"n\"],\"additionalProperties\":false}";
+    struct ft_grammar_frame hermes = {.open = "<c>", .close = "</c>", .sep = "\n", .max_items = 0};
+    CHECK(ft_grammar_from_json_schema_frame(call, strlen(call), &hermes, &g, err, sizeof(err)) == FT_OK);
+    static const struct accept_case c7[] = {
+        {"<c>{\"n\":1}</c>", true},
+        {"<c>{\"n\":1}</c>\n<c>{\"n\": 22}</c>\n<c>{\"n\":3}</c>", true},
+        {"<c>{\"n\":1}</c><c>{\"n\":2}</c>", false},   /* no separator */
+        {"<c>{\"n\":1}</c>\n", false},                  /* a separator needs an item */
+        {"", false},                                     /* at least one */
+        {"<c>{\"n\":\"1\"}</c>", false},
+    };
+    check_cases(g, v, c7, FT_ARRAY_LEN(c7), "frame: any number of items");
+    ft_grammar_free(g);
+    struct ft_grammar_frame mistral = {.prefix = "[C][", .sep = ", ", .suffix = "]", .max_items = 2};
+    CHECK(ft_grammar_from_json_schema_frame(call, strlen(call), &mistral, &g, err, sizeof(err)) == FT_OK);
+    static const struct accept_case c8[] = {
+        {"[C][{\"n\":1}]", true},
+        {"[C][{\"n\":1}, {\"n\":2}]", true},
+        {"[C][{\"n\":1}, {\"n\":2}, {\"n\":3}]", false}, /* max_items 2 */
+        {"[C][]", false},
+        {"{\"n\":1}", false},
+    };
+    check_cases(g, v, c8, FT_ARRAY_LEN(c8), "frame: prefix, suffix, at most 2");
+    ft_grammar_free(g);
+    struct ft_grammar_frame neg = {.max_items = -1};
+    CHECK(ft_grammar_from_json_schema_frame(call, strlen(call), &neg, &g, err, sizeof(err)) == FT_EINVAL && !g);
+
+    /* guided_choice: exactly one of the strings */
+    static const char *const choices[] = {"Paris", "Par", "Rome \"x\"", "\xc3\xa9t\xc3\xa9"};
+    CHECK(ft_grammar_from_choices(choices, FT_ARRAY_LEN(choices), &g, err, sizeof(err)) == FT_OK);
+    static const struct accept_case c9[] = {
+        {"Paris", true}, {"Par", true}, {"Rome \"x\"", true}, {"\xc3\xa9t\xc3\xa9", true},
+        {"Pari", false}, {"Paris ", false}, {"paris", false}, {"", false}, {"ParisPar", false},
+    };
+    check_cases(g, v, c9, FT_ARRAY_LEN(c9), "choices");
+    ft_grammar_free(g);
+    static const char *const empty_choice[] = {"a", ""};
+    CHECK(ft_grammar_from_choices(empty_choice, 2, &g, err, sizeof(err)) == FT_EINVAL && !g);
+    CHECKF(strstr(err, "choice 1 is empty") != NULL, "err '%s'", err);
+    CHECK(ft_grammar_from_choices(choices, 0, &g, err, sizeof(err)) == FT_EINVAL && !g);
+
+    /* guided_regex: characters as themselves, the whole text must match */
+    static const char re[] = "[A-Z][a-z]+, \\d{4}( \"q\")?";
+    CHECK(ft_grammar_from_regex(re, strlen(re), &g, err, sizeof(err)) == FT_OK);
+    static const struct accept_case c10[] = {
+        {"Paris, 1999", true}, {"Rome, 2024 \"q\"", true},
+        {"Paris, 199", false}, {"xParis, 1999", false}, {"Paris, 1999!", false},
+        {"Rome, 2024 \\\"q\\\"", false}, /* no JSON escaping */
+    };
+    check_cases(g, v, c10, FT_ARRAY_LEN(c10), "regex, raw and anchored");
+    ft_grammar_free(g);
+    static const char re2[] = "^a.c$";
+    CHECK(ft_grammar_from_regex(re2, strlen(re2), &g, err, sizeof(err)) == FT_OK);
+    static const struct accept_case c11[] = {{"abc", true}, {"a\"c", true}, {"a\nc", false}, {"abcd", false}};
+    check_cases(g, v, c11, FT_ARRAY_LEN(c11), "regex with explicit anchors");
+    ft_grammar_free(g);
+    static const char re3[] = "a(?=b)";
+    CHECK(ft_grammar_from_regex(re3, strlen(re3), &g, err, sizeof(err)) == FT_EUNSUPPORTED && !g);
+    CHECKF(strstr(err, "the regex") && !strstr(err, "'pattern'"), "err '%s'", err);
+
     /* json_object: any object, nothing else */
     CHECK(ft_grammar_json_object(&g) == FT_OK);
     static const struct accept_case c4[] = {

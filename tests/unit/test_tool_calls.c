@@ -17,6 +17,7 @@
 #include "../../http/responses.c"
 #include "../../http/tool_request.c"
 
+#include "ft/gguf.h"
 #include "ft/tool_calls.h"
 #include "ft_test.h"
 
@@ -302,8 +303,8 @@ static void test_requests(void) {
     BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [" TOOL_W ", " TOOL_W "]}", "tools[1].function.name",
             "two tools are named");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"x\", "
-            "\"strict\": true}}]}",
-            "tools[0].function.strict", "constrained decoding");
+            "\"strict\": 1}}]}",
+            "tools[0].function.strict", "must be a boolean");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [" TOOL_W "], \"tool_choice\": \"always\"}", "tool_choice",
             "must be \"none\"");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [" TOOL_W "], \"tool_choice\": 1}", "tool_choice",
@@ -314,12 +315,6 @@ static void test_requests(void) {
             "\"function\": {\"name\": \"nope\"}}}",
             "tool_choice", "not in 'tools'");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"tool_choice\": \"auto\"}", "tool_choice", "needs a non-empty 'tools'");
-    /* forcing a call is the grammar engine's job: refused, not faked */
-    BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [" TOOL_W "], \"tool_choice\": \"required\"}", "tool_choice",
-            "constrained decoding");
-    BAD_REQ("{\"messages\": [" MSG_USER "], \"tools\": [" TOOL_W "], \"tool_choice\": {\"type\": \"function\", "
-            "\"function\": {\"name\": \"get_weather\"}}}",
-            "tool_choice", "constrained decoding");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"parallel_tool_calls\": 1}", "parallel_tool_calls", "boolean");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"functions\": []}", "functions", "deprecated");
     BAD_REQ("{\"messages\": [" MSG_USER "], \"function_call\": \"auto\"}", "function_call", "deprecated");
@@ -648,6 +643,197 @@ static void test_answers(void) {
     free(s);
 }
 
+/* ------------------------------------------------------------ forced calls */
+
+#define TOOLS_WS                                                                                                  \
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "      \
+    "\"properties\": {\"location\": {\"type\": \"string\", \"maxLength\": 8}, \"unit\": {\"$ref\": \"#/$defs/u\"}}, "  \
+    "\"required\": [\"location\", \"unit\"], \"additionalProperties\": false, \"$defs\": {\"u\": {\"enum\": [\"c\", "  \
+    "\"f\"]}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"search\", \"parameters\": {\"type\": "          \
+    "\"object\", \"properties\": {\"q\": {\"type\": \"integer\"}}, \"required\": [\"q\"]}}}]"
+
+/* The grammar of a request in format f: each text accepted or rejected as
+ * a whole, and each accepted one parses (the parser is separate code) into
+ * the calls named in `calls` ("name,name" in order). */
+struct forced_case {
+    const char *text;
+    bool ok;
+    const char *calls;
+};
+
+static void check_forced(const struct ft_grammar_vocab *v, enum ft_tool_format f, const char *extra,
+                         const struct forced_case *c, size_t n, int line) {
+    char body[4096];
+    snprintf(body, sizeof(body), "{\"messages\": [" MSG_USER "], \"tools\": " TOOLS_WS ", %s}", extra);
+    struct ft_api_request r;
+    struct ft_api_error err;
+    CHECKF(parse_req(body, &r, &err) == 0, "line %d: %s", line, err.message);
+    if (err.status)
+        return;
+    CHECKF(ft_api_tools_grammar(&r, f, &err) == 0 && r.grammar, "line %d: %s", line, err.message);
+    struct ft_grammar_matcher *m = NULL;
+    if (r.grammar && v)
+        CHECK(ft_grammar_matcher_new(r.grammar, v, &m) == FT_OK);
+    for (size_t i = 0; m && i < n; i++) {
+        ft_grammar_matcher_reset(m);
+        bool ok = ft_grammar_matcher_accept_bytes(m, c[i].text, strlen(c[i].text)) == FT_OK &&
+                  ft_grammar_matcher_complete(m);
+        CHECKF(ok == c[i].ok, "line %d, %s: '%s' should be %s", line, ft_tool_format_name(f), c[i].text,
+               c[i].ok ? "accepted" : "rejected");
+        if (!ok || !c[i].ok)
+            continue;
+        struct ft_tool_parse p;
+        CHECK(ft_tool_calls_parse(f, c[i].text, strlen(c[i].text), (const char *const *)r.tool_names,
+                                  (size_t)r.n_tools, r.parallel_tool_calls ? 0 : 1, &p) == 0);
+        char got[256] = "";
+        for (size_t j = 0; j < p.n_calls; j++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s", j ? "," : "", p.calls[j].name);
+        CHECKF(strcmp(got, c[i].calls) == 0 && !p.content[0], "line %d: '%s' parsed as calls '%s' content '%s'",
+               line, c[i].text, got, p.content);
+        ft_tool_parse_free(&p);
+    }
+    ft_grammar_matcher_free(m);
+    ft_api_request_free(&r);
+}
+
+static void test_forced(void) {
+    const char *dir = ft_test_shared_dir();
+    char path[4096];
+    struct ft_gguf *gg = NULL;
+    struct ft_tokenizer *tok = NULL;
+    struct ft_grammar_vocab *v = NULL;
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-bpe.gguf", dir ? dir : ".");
+    if (dir && ft_gguf_open(path, &gg) == FT_OK && ft_tokenizer_load(gg, &tok) == FT_OK)
+        CHECK(ft_grammar_vocab_new(tok, &v) == FT_OK);
+    ft_gguf_close(gg);
+    if (!v)
+        printf("no vocabulary (FT_SHARED_DIR): forced-call grammars compiled but not matched\n");
+
+#define W(loc, unit) "{\"name\": \"get_weather\", \"arguments\": {\"location\": \"" loc "\", \"unit\": \"" unit "\"}}"
+#define S(q) "{\"name\": \"search\", \"arguments\": {\"q\": " q "}}"
+    static const struct forced_case hermes[] = {
+        {"<tool_call>\n" W("Paris", "c") "\n</tool_call>", true, "get_weather"},
+        {"<tool_call>\n" W("Paris", "c") "\n</tool_call>\n<tool_call>\n" S("3") "\n</tool_call>", true,
+         "get_weather,search"},
+        {"<tool_call>\n" W("Paris", "k") "\n</tool_call>", false, NULL},         /* unit not in the $ref'd enum */
+        {"<tool_call>\n" W("Amsterdam", "c") "\n</tool_call>", false, NULL},     /* maxLength 8 */
+        {"<tool_call>\n" S("\"3\"") "\n</tool_call>", false, NULL},              /* q is an integer */
+        {"<tool_call>\n{\"name\": \"delete\", \"arguments\": {}}\n</tool_call>", false, NULL},
+        {"Sure! <tool_call>\n" W("Paris", "c") "\n</tool_call>", false, NULL},   /* forced: calls only */
+        {"", false, NULL},
+    };
+    check_forced(v, FT_TOOL_FORMAT_HERMES, "\"tool_choice\": \"required\"", hermes, FT_ARRAY_LEN(hermes), __LINE__);
+    static const struct forced_case named[] = {
+        {"<tool_call>\n" S("3") "\n</tool_call>", true, "search"},
+        {"<tool_call>\n" W("Paris", "c") "\n</tool_call>", false, NULL},
+        {"<tool_call>\n" S("3") "\n</tool_call>\n<tool_call>\n" S("4") "\n</tool_call>", false, NULL}, /* one */
+    };
+    check_forced(v, FT_TOOL_FORMAT_HERMES,
+                 "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"search\"}}, "
+                 "\"parallel_tool_calls\": false",
+                 named, FT_ARRAY_LEN(named), __LINE__);
+    static const struct forced_case llama3[] = {
+        {"{\"name\": \"search\", \"parameters\": {\"q\": 1}}", true, "search"},
+        {"{\"name\": \"search\", \"parameters\": {\"q\": 1}}; {\"name\": \"search\", \"parameters\": {\"q\": 2}}", true,
+         "search,search"},
+        {S("1"), false, NULL}, /* llama3 writes "parameters" */
+    };
+    check_forced(v, FT_TOOL_FORMAT_LLAMA3, "\"tool_choice\": \"required\"", llama3, FT_ARRAY_LEN(llama3), __LINE__);
+    static const struct forced_case mistral[] = {
+        {"[TOOL_CALLS][" S("1") "]", true, "search"},
+        {"[TOOL_CALLS][" S("1") ", " W("Rome", "f") "]", true, "search,get_weather"},
+        {"[TOOL_CALLS][]", false, NULL},
+        {S("1"), false, NULL},
+    };
+    check_forced(v, FT_TOOL_FORMAT_MISTRAL, "\"tool_choice\": \"required\"", mistral, FT_ARRAY_LEN(mistral), __LINE__);
+    static const struct forced_case generic1[] = {
+        {"{\"tool_call\": " S("1") "}", true, "search"},
+        {"{\"tool_calls\": [" S("1") "]}", false, NULL}, /* parallel false: the single form */
+        {"{\"response\": \"hi\"}", false, NULL},       /* forced: no answer in words */
+    };
+    check_forced(v, FT_TOOL_FORMAT_GENERIC, "\"tool_choice\": \"required\", \"parallel_tool_calls\": false", generic1,
+                 FT_ARRAY_LEN(generic1), __LINE__);
+    static const struct forced_case generic_n[] = {
+        {"{\"tool_calls\": [" S("1") ", " W("Oslo", "c") "]}", true, "search,get_weather"},
+        {"{\"tool_calls\": []}", false, NULL},
+        {"{\"tool_call\": " S("1") "}", false, NULL},
+    };
+    check_forced(v, FT_TOOL_FORMAT_GENERIC, "\"tool_choice\": \"required\"", generic_n, FT_ARRAY_LEN(generic_n),
+                 __LINE__);
+    ft_grammar_vocab_free(v);
+    ft_tokenizer_free(tok);
+#undef W
+#undef S
+
+    /* strict under auto: a lazy grammar from the format's marker; generic
+     * answers may be words ({"response"}) but calls validate */
+    struct ft_api_request r;
+    struct ft_api_error err;
+    const char *strict = "{\"messages\": [" MSG_USER "], \"tools\": [{\"type\": \"function\", \"function\": "
+                         "{\"name\": \"f\", \"strict\": true, \"parameters\": {\"type\": \"object\"}}}]}";
+    static const struct {
+        enum ft_tool_format f;
+        const char *trigger;
+        bool at_start;
+    } lazy[] = {{FT_TOOL_FORMAT_HERMES, "<tool_call>", false},
+                {FT_TOOL_FORMAT_MISTRAL, "[TOOL_CALLS]", false},
+                {FT_TOOL_FORMAT_LLAMA3, "{", true},
+                {FT_TOOL_FORMAT_GENERIC, NULL, false}};
+    for (size_t i = 0; i < FT_ARRAY_LEN(lazy); i++) {
+        CHECK(parse_req(strict, &r, &err) == 0);
+        CHECK(ft_api_tools_grammar(&r, lazy[i].f, &err) == 0 && r.grammar);
+        CHECKF(lazy[i].trigger ? r.grammar_trigger && !strcmp(r.grammar_trigger, lazy[i].trigger) : !r.grammar_trigger,
+               "%s trigger", ft_tool_format_name(lazy[i].f));
+        CHECK(r.grammar_trigger_at_start == lazy[i].at_start && !strcmp(r.grammar_param, "tools"));
+        ft_api_request_free(&r);
+    }
+    /* no strict, auto: no grammar at all */
+    CHECK(parse_req("{\"messages\": [" MSG_USER "], \"tools\": " TOOLS_WS "}", &r, &err) == 0);
+    CHECK(ft_api_tools_grammar(&r, FT_TOOL_FORMAT_HERMES, &err) == 0 && !r.grammar);
+    ft_api_request_free(&r);
+
+    /* refusals, each naming its field */
+    static const struct {
+        const char *extra;
+        const char *tools;
+        const char *param, *part;
+    } bad[] = {
+        {"\"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}", TOOLS_WS,
+         "response_format", "cannot be combined"},
+        {"\"tool_choice\": \"required\", \"guided_regex\": \"a+\"", TOOLS_WS, "guided_regex", "cannot be combined"},
+        {"\"grammar\": \"root ::= \\\"a\\\"\"",
+         "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": true}}]", "grammar",
+         "cannot be combined"},
+        {"\"tool_choice\": \"auto\"",
+         "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": {\"type\": "
+         "\"object\", \"properties\": {\"x\": {\"not\": {}}}}}}]",
+         "tools[0].function.parameters", "unsupported JSON Schema keyword 'not'"},
+        {"\"tool_choice\": \"required\"",
+         "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"strict\": true, \"parameters\": {\"type\": "
+         "\"string\"}}}]",
+         "tools[0].function.parameters", "must describe a JSON object"},
+    };
+    for (size_t i = 0; i < FT_ARRAY_LEN(bad); i++) {
+        char body[2048];
+        snprintf(body, sizeof(body), "{\"messages\": [" MSG_USER "], \"tools\": %s, %s}", bad[i].tools, bad[i].extra);
+        int rc = parse_req(body, &r, &err);
+        CHECKF(rc == 0, "bad[%zu] parse: %s", i, err.message);
+        if (rc)
+            continue;
+        CHECKF(ft_api_tools_grammar(&r, FT_TOOL_FORMAT_HERMES, &err) == -1 && err.status == 400 &&
+                   !strcmp(err.param, bad[i].param) && strstr(err.message, bad[i].part),
+               "bad[%zu]: %d %s: %s", i, err.status, err.param, err.message);
+        ft_api_request_free(&r);
+    }
+    /* a non-strict tool the compiler cannot take: any object, when forced */
+    CHECK(parse_req("{\"messages\": [" MSG_USER "], \"tool_choice\": \"required\", \"tools\": [{\"type\": "
+                    "\"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+                    "\"properties\": {\"x\": {\"not\": {}}}}}}]}",
+                    &r, &err) == 0);
+    CHECK(ft_api_tools_grammar(&r, FT_TOOL_FORMAT_HERMES, &err) == 0 && r.grammar);
+    ft_api_request_free(&r);
+}
+
 int main(void) {
     test_hermes();
     test_llama3();
@@ -661,5 +847,6 @@ int main(void) {
     test_all_prompts_match_llamacpp();
     test_generic_context();
     test_answers();
+    test_forced();
     return ft_test_finish("test_tool_calls");
 }
