@@ -1,18 +1,23 @@
 /* One layer's attention over a block-paged F16 KV cache, threaded over
  * (rows, KV head) work items and, when those are fewer than the threads
  * can use, over chunks of the keys (split-KV). engine/model/attention.c; the
- * forward pass reaches it through ft_blk_attention (model_internal.h), the
+ * forward pass reaches it through ft_blk_attention (blocks.h), the
  * unit test and bench/bench_attention.c through ft_attention_run with
  * explicit inputs. Not a public header. */
 #ifndef FT_ATTENTION_H
 #define FT_ATTENTION_H
 
+#include "ft/model.h"
 #include "ft/threadpool.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 struct ft_kv_seq;
+
+/* Rows of a block of the attention kernel. */
+#define FT_ATTN_MAX_ROWS 8
+int ft_attn_rows_per_block(const struct ft_hparams *hp);
 
 /* Keys per split-KV chunk (a chunk is a multiple of it, aligned to it). */
 #define FT_ATTN_CHUNK 128

@@ -13,7 +13,7 @@
  *   - heads of other rows and columns outside the output are not written
  *     beyond the output buffer (exact-size buffers, ASan). */
 #include "engine/model/attention.h"
-#include "engine/model/model_internal.h"
+#include "engine/model/kv_cache.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/ops.h"
