@@ -105,7 +105,7 @@ static int32_t first_key(const struct ft_attn_job *j, int32_t pos) {
 }
 
 static struct ft_attn_kv kv_of(const struct ft_attn_job *j, int32_t seq, int32_t kvh) {
-    /* blocks are head-major (include/ft/model.h) */
+    /* blocks are head-major (engine/include/ft/model.h) */
     const struct ft_attn_kv a = {
         .k = j->k + ft_kv_head_offset(kvh, j->dk),
         .v = j->v + ft_kv_head_offset(kvh, j->dv),

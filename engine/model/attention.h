@@ -40,7 +40,7 @@ struct ft_attn_job {
     int32_t window;            /* > 0: only the last `window` positions (sliding window) */
     int rows_per_block;        /* <= FT_ATTN_MAX_ROWS: rows sharing one kernel call */
     /* The layer's cache: K and V pools (fp16) of blocks laid out head-major
-     * (include/ft/model.h), k_row / v_row elements per token (every KV
+     * (engine/include/ft/model.h), k_row / v_row elements per token (every KV
      * head), block tables per sequence. */
     const uint16_t *k, *v;
     int64_t k_row, v_row;

@@ -1,5 +1,5 @@
 /* The layout of the KV cache (engine/model/kv_cache.c) behind
- * include/ft/model.h's opaque struct ft_kv_cache, for the forward pass that
+ * engine/include/ft/model.h's opaque struct ft_kv_cache, for the forward pass that
  * reserves, writes and reads it (engine/model/model.c, blocks.c,
  * attention.c). Not a public header. */
 #ifndef FT_KV_CACHE_H
@@ -36,7 +36,7 @@ struct ft_kv_cache {
     int32_t n_free;
     int32_t *pending;   /* max_seqs: lengths after the batch being validated, else -1 */
     int32_t *touched;   /* max_seqs: the sequences a batch touches */
-    /* Sharing (include/ft/model.h): per block, how many sequence tables
+    /* Sharing (engine/include/ft/model.h): per block, how many sequence tables
      * list it and whether the prefix cache holds it. A cached block no
      * sequence lists is idle: it sits in the LRU list (oldest at lru_head)
      * and is evicted through `evict` when the free list runs dry. */
@@ -55,7 +55,7 @@ struct ft_kv_cache {
 int ft_kv_cache_prepare(struct ft_kv_cache *kv, const struct ft_batch *b);
 /* Record that (seq, pos) now holds valid KV. */
 void ft_kv_cache_commit(struct ft_kv_cache *kv, int32_t seq, int32_t pos);
-/* Blocks are head-major (include/ft/model.h): within a block, KV head h's
+/* Blocks are head-major (engine/include/ft/model.h): within a block, KV head h's
  * rows start this many elements after head 0's. */
 static inline int64_t ft_kv_head_offset(int64_t h, int64_t head_dim) { return h * FT_KV_BLOCK_TOKENS * head_dim; }
 /* Elements into a layer's pool (row = k_row or v_row, head_dim its head's)

@@ -1,4 +1,4 @@
-/* struct ft_model, the loaded model behind include/ft/model.h's opaque
+/* struct ft_model, the loaded model behind engine/include/ft/model.h's opaque
  * handle: hyperparameters, architecture, bound weights, thread pool and
  * forward-pass scratch. engine/model/model.c loads and frees it; the other
  * files of engine/model/ read it. Not a public header.
