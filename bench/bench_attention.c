@@ -12,7 +12,7 @@
  *   ft-bench-attention [-t 2] [--heads 4] [--kv-heads 1] [--dim 256] [--runs 200] [--window 0]
  */
 #include "engine/model/attention.h"
-#include "engine/model/model_internal.h"
+#include "engine/model/kv_cache.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/ops.h"

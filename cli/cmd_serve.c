@@ -1,4 +1,4 @@
-/* ft serve: the OpenAI-compatible HTTP server (include/ft/server.h). This
+/* ft serve: the OpenAI-compatible HTTP server (http/include/ft/server.h). This
  * file only turns flags into a struct ft_server_config. */
 #include "args.h"
 #include "cli.h"

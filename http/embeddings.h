@@ -1,5 +1,5 @@
 /* POST /v1/embeddings: parsing and validating the request, turning its
- * inputs into the scheduler's embeddings job (include/ft/scheduler.h), and
+ * inputs into the scheduler's embeddings job (engine/include/ft/scheduler.h), and
  * the OpenAI response ({"object": "list", "data": [{"object": "embedding",
  * "index", "embedding"}], "model", "usage"}), float or base64.
  *

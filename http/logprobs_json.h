@@ -1,5 +1,5 @@
 /* The `logprobs` object of a choice, in OpenAI's two shapes, from the
- * engine's per-token records (include/ft/logprobs.h):
+ * engine's per-token records (engine/include/ft/logprobs.h):
  *
  *  chat         {"content": [{"token", "logprob", "bytes", "top_logprobs":
  *               [{"token", "logprob", "bytes"}, ...]}, ...], "refusal": null}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write the seed corpus of tests/fuzz/fuzz_logprob_file.c: small files in
-llama.cpp's --kl-divergence-base format (see include/ft/perplexity.h), built
+llama.cpp's --kl-divergence-base format (see engine/include/ft/perplexity.h), built
 here from the format's definition with numpy, plus a few broken ones.
 
 Usage: python3 tools/gen_logprob_seeds.py [DIR]   (default tests/fuzz/corpus/logprob_file)

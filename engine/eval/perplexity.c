@@ -1,5 +1,5 @@
 /* Perplexity and KL divergence of one position, and the statistics over
- * many (include/ft/perplexity.h): the definitions of llama.cpp's
+ * many (engine/include/ft/perplexity.h): the definitions of llama.cpp's
  * tools/perplexity/perplexity.cpp, in double precision where it sums. */
 #include "ft/common.h"
 #include "ft/perplexity.h"

@@ -1,7 +1,7 @@
 /* GGUF v3 writer: collects key/values (in insertion order; replacing a key
  * keeps its position) and tensors (data borrowed, not copied), then
  * serializes them either into a malloc'd buffer or atomically into a file
- * (include/ft/atomic_file.h: an unnamed file linked into place after fsync,
+ * (engine/include/ft/atomic_file.h: an unnamed file linked into place after fsync,
  * so a failed or killed write leaves nothing).
  *
  * A tensor's bytes are either borrowed (ft_gguf_writer_add_tensor) or made

@@ -15,6 +15,10 @@
  *               x += rmsnorm(Wdown (gelu(Wgate h2) * Wup h2)) * ffn_post_norm,  h2 = rmsnorm(x) * ffn_norm
  *   logits = Wout (rmsnorm(x) * output_norm), soft-capped if final_logit_softcapping is set
  */
+#include "arch.h"
+#include "bind.h"
+#include "blocks.h"
+#include "ft/common.h"
 #include "model_internal.h"
 
 #include <math.h>

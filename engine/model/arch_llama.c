@@ -9,6 +9,10 @@
  *               x += Wdown (silu(Wgate rmsnorm(x)) * Wup rmsnorm(x))
  *   logits = Wout (rmsnorm(x) * output_norm)                     Wout = embd when tied
  */
+#include "arch.h"
+#include "bind.h"
+#include "blocks.h"
+#include "ft/common.h"
 #include "model_internal.h"
 
 static int llama_bind(struct ft_model *m) {

@@ -9,6 +9,9 @@
  *               x += Wdown (silu(Wgate rmsnorm(x)) * Wup rmsnorm(x))
  *   logits = Wout (rmsnorm(x) * output_norm) (+ bout)
  */
+#include "arch.h"
+#include "bind.h"
+#include "ft/common.h"
 #include "model_internal.h"
 
 static int qwen2_bind(struct ft_model *m) {

@@ -9,6 +9,10 @@
  *               x += Wdown (silu(Wgate rmsnorm(x)) * Wup rmsnorm(x))
  *   logits = Wout (rmsnorm(x) * output_norm)
  */
+#include "arch.h"
+#include "bind.h"
+#include "blocks.h"
+#include "ft/common.h"
 #include "model_internal.h"
 
 static int qwen3_bind(struct ft_model *m) {

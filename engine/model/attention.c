@@ -29,7 +29,7 @@
 
 #include "ft/common.h"
 #include "ft/ops.h"
-#include "model_internal.h"
+#include "kv_cache.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -105,7 +105,7 @@ static int32_t first_key(const struct ft_attn_job *j, int32_t pos) {
 }
 
 static struct ft_attn_kv kv_of(const struct ft_attn_job *j, int32_t seq, int32_t kvh) {
-    /* blocks are head-major (include/ft/model.h) */
+    /* blocks are head-major (engine/include/ft/model.h) */
     const struct ft_attn_kv a = {
         .k = j->k + ft_kv_head_offset(kvh, j->dk),
         .v = j->v + ft_kv_head_offset(kvh, j->dv),
@@ -308,34 +308,4 @@ int ft_attn_rows_per_block(const struct ft_hparams *hp) {
     /* Up to 32 query vectors of <= 128 dims share each widened K/V tile and
      * stay in L1 with it; wider heads take fewer rows. */
     return hp->head_dim_k <= 128 && hp->head_dim_v <= 128 ? FT_ATTN_MAX_ROWS : FT_ATTN_MAX_ROWS / 2;
-}
-
-void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
-    const struct ft_hparams *hp = &f->m->hp;
-    const struct ft_scratch *s = f->s;
-    const struct ft_attn_job job = {
-        .n_head = hp->n_head,
-        .n_head_kv = hp->n_head_kv,
-        .dk = hp->head_dim_k,
-        .dv = hp->head_dim_v,
-        .scale = kq_scale,
-        .window = window,
-        .rows_per_block = ft_attn_rows_per_block(hp),
-        .k = f->kv->k[il],
-        .v = f->kv->v[il],
-        .k_row = f->kv->k_row,
-        .v_row = f->kv->v_row,
-        .seqs = f->kv->seqs,
-        .n_rows = f->n_rows,
-        .q = s->q,
-        .out = s->att,
-        .row_pos = s->row_pos,
-        .row_seq = s->row_seq,
-        .row_att_n = s->row_att_n,
-        .scratch = s->attn_scratch,
-        .scratch_stride = s->attn_scratch_stride,
-        .parts = s->attn_parts,
-        .split = FT_ATTN_SPLIT_AUTO,
-    };
-    ft_attention_run(f->m->pool, &job);
 }

@@ -1,18 +1,23 @@
 /* One layer's attention over a block-paged F16 KV cache, threaded over
  * (rows, KV head) work items and, when those are fewer than the threads
  * can use, over chunks of the keys (split-KV). engine/model/attention.c; the
- * forward pass reaches it through ft_blk_attention (model_internal.h), the
+ * forward pass reaches it through ft_blk_attention (blocks.h), the
  * unit test and bench/bench_attention.c through ft_attention_run with
  * explicit inputs. Not a public header. */
 #ifndef FT_ATTENTION_H
 #define FT_ATTENTION_H
 
+#include "ft/model.h"
 #include "ft/threadpool.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 struct ft_kv_seq;
+
+/* Rows of a block of the attention kernel. */
+#define FT_ATTN_MAX_ROWS 8
+int ft_attn_rows_per_block(const struct ft_hparams *hp);
 
 /* Keys per split-KV chunk (a chunk is a multiple of it, aligned to it). */
 #define FT_ATTN_CHUNK 128
@@ -35,7 +40,7 @@ struct ft_attn_job {
     int32_t window;            /* > 0: only the last `window` positions (sliding window) */
     int rows_per_block;        /* <= FT_ATTN_MAX_ROWS: rows sharing one kernel call */
     /* The layer's cache: K and V pools (fp16) of blocks laid out head-major
-     * (include/ft/model.h), k_row / v_row elements per token (every KV
+     * (engine/include/ft/model.h), k_row / v_row elements per token (every KV
      * head), block tables per sequence. */
     const uint16_t *k, *v;
     int64_t k_row, v_row;

@@ -1,6 +1,8 @@
 /* Shared transformer blocks the architecture files compose: embedding,
- * RMS norm, RoPE, KV store, gated MLP, the output head (attention is
- * engine/model/attention.c).
+ * RMS norm, the projections, RoPE, KV store, attention, gated MLP, the
+ * output head. The projections run through engine/model/matmul.c and the
+ * attention kernel through engine/model/attention.c; every ft_blk_* is
+ * here.
  *
  * Matmul follows ggml so results agree with llama.cpp's: weights stay in
  * their GGUF type; each activation row is converted once to the weight
@@ -22,7 +24,12 @@
  *
  * Every function works on the rows of one internal batch (struct ft_fwd);
  * none allocates. */
+#include "blocks.h"
+
+#include "attention.h"
 #include "ft/qgemm.h"
+#include "kv_cache.h"
+#include "matmul.h"
 #include "model_internal.h"
 
 #include <math.h>
@@ -169,6 +176,28 @@ void ft_blk_head_norm(struct ft_fwd *f, float *x, int32_t n_head, const struct f
     for_rows(f, (int64_t)f->n_rows * n_head, norm_rows, &c);
 }
 
+/* ---- projections (engine/model/matmul.c) --------------------------------------- */
+
+void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
+                   const float *in) {
+    const struct ft_mm mm = {w, bias, out};
+    ft_matmul(f, in, 1, &mm);
+}
+
+void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
+                     const float *in) {
+    /* llama.cpp keeps all rows of the batch through the last layer's
+     * output projection and only then selects the rows that want logits;
+     * we drop them before attention, but pick its kernels by all rows */
+    const struct ft_mm mm = {wo, bo, out};
+    ft_matmul_att_rows(f, in, 1, &mm);
+}
+
+void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
+    const struct ft_mm mm[3] = {{&l->wq, &l->bq, f->s->q}, {&l->wk, &l->bk, f->s->k}, {&l->wv, &l->bv, f->s->v}};
+    ft_matmul(f, f->s->xb, 3, mm);
+}
+
 struct rope_ctx {
     float *x;
     int32_t n_head, hd;
@@ -266,6 +295,37 @@ void ft_blk_keep_out_rows(struct ft_fwd *f) {
     f->n_rows = f->n_out;
     /* the matmuls after this see only the kept rows, as llama.cpp's do */
     count_seq_rows(s->row_seq, f->n_rows, s->row_seq_n, s->row_seq_i);
+}
+
+
+void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
+    const struct ft_hparams *hp = &f->m->hp;
+    const struct ft_scratch *s = f->s;
+    const struct ft_attn_job job = {
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .dk = hp->head_dim_k,
+        .dv = hp->head_dim_v,
+        .scale = kq_scale,
+        .window = window,
+        .rows_per_block = ft_attn_rows_per_block(hp),
+        .k = f->kv->k[il],
+        .v = f->kv->v[il],
+        .k_row = f->kv->k_row,
+        .v_row = f->kv->v_row,
+        .seqs = f->kv->seqs,
+        .n_rows = f->n_rows,
+        .q = s->q,
+        .out = s->att,
+        .row_pos = s->row_pos,
+        .row_seq = s->row_seq,
+        .row_att_n = s->row_att_n,
+        .scratch = s->attn_scratch,
+        .scratch_stride = s->attn_scratch_stride,
+        .parts = s->attn_parts,
+        .split = FT_ATTN_SPLIT_AUTO,
+    };
+    ft_attention_run(f->m->pool, &job);
 }
 
 /* ---- MLP and output ------------------------------------------------------------ */

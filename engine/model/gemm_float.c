@@ -18,7 +18,13 @@
  * on the same slices; engine/model/onednn_matmul.c says why), which reads A
  * unpacked. Measured choice: docs/performance.md, Float weights, attention
  * and row ops. */
+#include "gemm_float.h"
+
+#include "ft/common.h"
+#include "ft/ops.h"
+#include "ft/threadpool.h"
 #include "model_internal.h"
+#include "onednn_matmul.h"
 
 #include <stdatomic.h>
 

@@ -15,6 +15,9 @@
  *
  * Ownership: the cache belongs to whoever created it and must not outlive
  * its model. Not thread-safe; the scheduler thread owns it. */
+#include "kv_cache.h"
+
+#include "ft/common.h"
 #include "model_internal.h"
 
 #include <stdlib.h>

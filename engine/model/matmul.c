@@ -37,7 +37,13 @@
  * trips: one dispatch for the conversion (none for a single token, which
  * the calling thread converts) and one for all the products.
  */
+#include "matmul.h"
+
+#include "ft/common.h"
+#include "ft/ops.h"
 #include "ft/qgemm.h"
+#include "ft/threadpool.h"
+#include "gemm_float.h"
 #include "model_internal.h"
 
 #include <stdatomic.h>
@@ -466,22 +472,6 @@ void ft_matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm)
     matmul(f, in, n, mm, false);
 }
 
-void ft_blk_matmul(struct ft_fwd *f, float *out, const struct ft_weight *w, const struct ft_weight *bias,
-                   const float *in) {
-    const struct ft_mm mm = {w, bias, out};
-    ft_matmul(f, in, 1, &mm);
-}
-
-void ft_blk_attn_out(struct ft_fwd *f, float *out, const struct ft_weight *wo, const struct ft_weight *bo,
-                     const float *in) {
-    /* llama.cpp keeps all rows of the batch through the last layer's
-     * output projection and only then selects the rows that want logits;
-     * we drop them before attention, but pick its kernels by all rows */
-    const struct ft_mm mm = {wo, bo, out};
-    matmul(f, in, 1, &mm, true);
-}
-
-void ft_blk_qkv(struct ft_fwd *f, const struct ft_layer *l) {
-    const struct ft_mm mm[3] = {{&l->wq, &l->bq, f->s->q}, {&l->wk, &l->bk, f->s->k}, {&l->wv, &l->bv, f->s->v}};
-    ft_matmul(f, f->s->xb, 3, mm);
+void ft_matmul_att_rows(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm) {
+    matmul(f, in, n, mm, true);
 }

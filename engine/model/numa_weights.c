@@ -26,8 +26,12 @@
  *
  * The copy runs on the pool: under replicate, the workers of each node fill
  * that node's copy. */
-#include "model_internal.h"
+#include "numa_weights.h"
+
 #include "engine/runtime/placement.h"
+#include "ft/common.h"
+#include "ft/threadpool.h"
+#include "model_internal.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -20,8 +20,9 @@
  * scratchpad mode, which makes concurrent execution of one primitive
  * safe). A shape the full cache cannot hold, or any oneDNN error, falls
  * back to our GEMM. */
-#include "model_internal.h"
+#include "onednn_matmul.h"
 
+#include "ft/common.h"
 #include "ft/cpu.h"
 
 #ifdef FT_HAVE_ONEDNN

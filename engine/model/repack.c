@@ -10,7 +10,11 @@
  * weights, as in Llama 3.2 1B and Gemma 3), and then its lookup rebuilds
  * each row (rw_row). The kernels are the level's at load:
  * a later ft_cpu_force_isa() does not change them for this model. */
+#include "repack.h"
+
+#include "ft/common.h"
 #include "ft/qgemm.h"
+#include "ft/threadpool.h"
 #include "model_internal.h"
 
 #include <stdatomic.h>

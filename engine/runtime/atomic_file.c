@@ -1,4 +1,4 @@
-/* Output files that appear whole or not at all (include/ft/atomic_file.h).
+/* Output files that appear whole or not at all (engine/include/ft/atomic_file.h).
  *
  * Why O_TMPFILE and not just "write a temporary name, then rename": a named
  * temporary survives a SIGKILL, an OOM kill or a power cut, and users then

@@ -1,4 +1,4 @@
-/* KV-cache event publisher (include/ft/kv_events.h).
+/* KV-cache event publisher (engine/include/ft/kv_events.h).
  *
  * The producer (the scheduler thread) appends fixed-size records to
  * `q` under `lock`; the publisher thread swaps `q` with its own empty

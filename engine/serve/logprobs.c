@@ -1,5 +1,5 @@
 /* Log-softmax of one logits row, at one token and its top k
- * (include/ft/logprobs.h). */
+ * (engine/include/ft/logprobs.h). */
 #include "ft/logprobs.h"
 
 #include "ft/common.h"

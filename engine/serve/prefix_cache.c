@@ -1,4 +1,4 @@
-/* Prefix cache over shared KV blocks (include/ft/prefix_cache.h).
+/* Prefix cache over shared KV blocks (engine/include/ft/prefix_cache.h).
  *
  * A node describes one cached block and is stored at the block's index
  * (a block is at most one node). Full nodes are in a hash table keyed by

@@ -1,4 +1,4 @@
-/* The scheduler thread (include/ft/scheduler.h): continuous batching over
+/* The scheduler thread (engine/include/ft/scheduler.h): continuous batching over
  * n_slots sequences on a shared KV block pool with the prefix cache.
  *
  * Slot i runs on KV sequence i; a request with n choices holds n slots.

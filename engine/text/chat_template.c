@@ -1,4 +1,4 @@
-/* Chat templates (include/ft/chat_template.h): the public face of the Jinja
+/* Chat templates (engine/include/ft/chat_template.h): the public face of the Jinja
  * interpreter in jinja_*.c, the variables a chat template sees, and the
  * built-in templates for models whose GGUF carries no
  * `tokenizer.chat_template`.

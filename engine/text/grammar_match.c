@@ -1,5 +1,5 @@
 /* The token trie of a vocabulary and the grammar matcher that walks it
- * (include/ft/grammar.h).
+ * (engine/include/ft/grammar.h).
  *
  * A parse state is a set of stacks. A stack is a chain of nodes
  * (pos, parent): `pos` is the next element to match in some alternative and

@@ -5,8 +5,13 @@
  *                  tests and methods are resolved and checked here, so an
  *                  unsupported construct fails at parse time)
  *   jinja_value.c  arena, values, str()/repr()/tojson, equality, ordering
- *   jinja_eval.c   the tree walker: statements, expressions, filters, tests,
- *                  methods, globals, and the resource bounds
+ *   jinja_eval.c   the tree walker: scopes, statements, expressions, and the
+ *                  resource bounds
+ *   jinja_ops.c    what the walker and the built-ins share: errors and
+ *                  allocation in a render, arguments, attributes, items,
+ *                  slices, the operators
+ *   jinja_builtins.c  tests, filters, methods, global functions
+ * (jinja_render.h: the render state and the interface of the last three).
  *
  * Memory: a parsed template owns one arena (tree nodes, unescaped string
  * literals, the normalized source). A render owns another arena for every

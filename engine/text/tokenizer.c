@@ -2,7 +2,8 @@
  * `tokenizer.ggml.*` metadata, splits text on special tokens, dispatches the
  * plain-text fragments to the SentencePiece (tokenizer_spm.c) or byte-level
  * BPE (tokenizer_bpe.c) algorithm, and turns ids back into text, one-shot or
- * streamed.
+ * streamed. The lookups and buffers the algorithms share are
+ * tokenizer_common.c, so they do not call back into this file.
  *
  * The behaviour follows llama.cpp's llama-vocab.cpp, because the conformance
  * vectors in ../shared/vocab come from it:
@@ -33,123 +34,11 @@
 #define FT_TOK_MAX_TOKEN_LEN 65535u
 #define FT_TOKENIZE_MAX_BYTES ((size_t)1 << 30)
 
-/* ---- hashing ----------------------------------------------------------------- */
-
-uint64_t ft_tok_hash(const char *s, size_t len) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a 64-bit finalizer */
-    for (size_t i = 0; i < len; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ull;
-    }
-    h ^= h >> 32;
-    h *= 0xD6E8FEB86659FD93ull;
-    h ^= h >> 32;
-    return h;
-}
-
-static uint64_t merge_hash(const char *s, size_t len, size_t left_len) {
-    uint64_t h = ft_tok_hash(s, len) + (uint64_t)left_len * 0x9E3779B97F4A7C15ull;
-    return h ^ (h >> 29);
-}
-
 static uint32_t table_size_for(size_t n) {
     uint32_t cap = 16;
     while (cap < 2 * n)
         cap <<= 1;
     return cap;
-}
-
-int32_t ft_tok_lookup(const struct ft_tokenizer *t, const char *s, size_t len) {
-    if (len == 0 || len > t->max_token_len)
-        return -1;
-    uint32_t i = (uint32_t)ft_tok_hash(s, len) & t->vhash_mask;
-    for (;;) {
-        uint32_t v = t->vhash[i];
-        if (!v)
-            return -1;
-        int32_t id = (int32_t)(v - 1);
-        if (t->text_off[id + 1] - t->text_off[id] == len && !memcmp(t->text + t->text_off[id], s, len))
-            return id;
-        i = (i + 1) & t->vhash_mask;
-    }
-}
-
-int32_t ft_tok_merge_rank(const struct ft_tokenizer *t, const char *s, size_t len, size_t left_len) {
-    if (!t->mhash || len > t->max_merge_len)
-        return -1;
-    uint32_t i = (uint32_t)merge_hash(s, len, left_len) & t->mhash_mask;
-    for (;;) {
-        uint32_t v = t->mhash[i];
-        if (!v)
-            return -1;
-        const struct ft_tok_merge *m = &t->merges[v - 1];
-        if (m->left_len == left_len && (size_t)m->left_len + m->right_len == len &&
-            !memcmp(t->merge_text + m->off, s, len))
-            return (int32_t)(v - 1);
-        i = (i + 1) & t->mhash_mask;
-    }
-}
-
-int ft_tokvec_push(struct ft_tokvec *tv, int32_t id) {
-    if (tv->n == tv->cap) {
-        size_t cap = tv->cap ? tv->cap * 2 : 64;
-        int32_t *v = realloc(tv->v, cap * sizeof(*v));
-        if (!v) {
-            FT_LOG_E("out of memory (%zu token ids)", cap);
-            return FT_ENOMEM;
-        }
-        tv->v = v;
-        tv->cap = cap;
-    }
-    tv->v[tv->n++] = id;
-    return 0;
-}
-
-/* a goes before b: larger key first, then the leftmost pair */
-static bool bigram_before(const struct ft_bigram *a, const struct ft_bigram *b) {
-    return a->key > b->key || (a->key == b->key && a->left < b->left);
-}
-
-int ft_bigram_push(struct ft_bigram_heap *h, struct ft_bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct ft_bigram *v = realloc(h->v, cap * sizeof(*v));
-        if (!v) {
-            FT_LOG_E("out of memory (%zu bigrams)", cap);
-            return FT_ENOMEM;
-        }
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&x, &h->v[p]))
-            break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-struct ft_bigram ft_bigram_pop(struct ft_bigram_heap *h) {
-    struct ft_bigram top = h->v[0], x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!bigram_before(&h->v[c], &x))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = x;
-    return top;
 }
 
 /* ---- loading ------------------------------------------------------------------ */
@@ -438,7 +327,7 @@ static int load_merges(struct ft_tokenizer *t, const struct ft_gguf *g) {
             t->max_merge_len = (uint32_t)(ll + rl);
 
         const char *key = t->merge_text + e->off;
-        uint32_t i = (uint32_t)merge_hash(key, ll + rl, ll) & t->mhash_mask;
+        uint32_t i = (uint32_t)ft_tok_merge_hash(key, ll + rl, ll) & t->mhash_mask;
         bool dup = false;
         while (t->mhash[i]) {
             const struct ft_tok_merge *o = &t->merges[t->mhash[i] - 1];

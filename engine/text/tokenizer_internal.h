@@ -1,10 +1,14 @@
 /* Internal interface shared by the tokenizer files:
- *   utf8.c            strict UTF-8 decoding/encoding
- *   unicode.c         code point classes and case mapping (tables in the
- *                     generated unicode_data.c), GPT-2 byte<->unicode map
- *   tokenizer.c       loading, vocab hash, special tokens, detokenization
- *   tokenizer_spm.c   SentencePiece-style bigram merging by score
- *   tokenizer_bpe.c   byte-level BPE: pre-tokenizer splitters + merges by rank
+ *   utf8.c              strict UTF-8 decoding/encoding
+ *   unicode.c           code point classes and case mapping (tables in the
+ *                       generated unicode_data.c), GPT-2 byte<->unicode map
+ *   tokenizer.c         loading, special tokens, dispatch, detokenization
+ *   tokenizer_common.c  vocab and merge lookups, id vector, bigram heap:
+ *                       what the algorithms share with tokenizer.c
+ *   tokenizer_spm.c     SentencePiece-style bigram merging by score
+ *   tokenizer_bpe.c     byte-level BPE: pre-tokenizer splitters + merges by rank
+ * tokenizer.c calls the algorithms; they call only tokenizer_common.c,
+ * utf8.c and unicode.c.
  * Nothing outside these files includes this header (tests may).
  */
 #ifndef FT_TOKENIZER_INTERNAL_H
@@ -162,6 +166,8 @@ struct ft_tokenizer {
     size_t n_eog;
 };
 
+/* ---- shared by tokenizer.c and the algorithms (tokenizer_common.c) ------ */
+
 /* Growable output array of token ids. */
 struct ft_tokvec {
     int32_t *v;
@@ -196,6 +202,10 @@ int32_t ft_tok_lookup(const struct ft_tokenizer *t, const char *s, size_t len);
  * s[left_len..len); -1 if absent. */
 int32_t ft_tok_merge_rank(const struct ft_tokenizer *t, const char *s, size_t len, size_t left_len);
 uint64_t ft_tok_hash(const char *s, size_t len);
+/* The hash of merge (left, right) in the merge table (left = s[0..left_len)). */
+uint64_t ft_tok_merge_hash(const char *s, size_t len, size_t left_len);
+
+/* ---- the algorithms (tokenizer_spm.c, tokenizer_bpe.c) ------------------- */
 
 /* Tokenize one fragment of plain text (no special tokens in it), appending
  * ids. SPM: `prefix_space` adds the dummy-prefix space. */

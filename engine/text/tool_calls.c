@@ -1,4 +1,4 @@
-/* Tool calls in generated text (include/ft/tool_calls.h): format detection,
+/* Tool calls in generated text (engine/include/ft/tool_calls.h): format detection,
  * the parsers of the four formats, and the streaming hold-back.
  *
  * Every parser is all-or-nothing past the point where a call starts: either

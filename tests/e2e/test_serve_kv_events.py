@@ -267,7 +267,7 @@ def test_kv_events_match_prefix_cache(ctx, binary):
         stored, n_removed = apply(batches, expected)
         # Every block of the prompts sent one at a time was announced. (Of
         # two prompts computed at once, one keeps the shared blocks and the
-        # other nothing beyond them: include/ft/prefix_cache.h.)
+        # other nothing beyond them: engine/include/ft/prefix_cache.h.)
         sequential = [p for p in prompts if p not in group_b] + [shared_b]
         for i, p in enumerate(sequential):
             missing = [j for j, h in enumerate(prompt_blocks(p)) if h not in stored]

@@ -13,7 +13,7 @@
  *   - heads of other rows and columns outside the output are not written
  *     beyond the output buffer (exact-size buffers, ASan). */
 #include "engine/model/attention.h"
-#include "engine/model/model_internal.h"
+#include "engine/model/kv_cache.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
 #include "ft/ops.h"
@@ -103,7 +103,7 @@ static void run_case(struct ft_threadpool *pool, const struct shape *sh, int32_t
         for (int r = 0; r < n_rows; r++) {
             for (int32_t h = 0; h < sh->n_head; h++) {
                 const int32_t kvh = h / (sh->n_head / sh->n_head_kv);
-                /* the engine's head-major blocks (include/ft/model.h) */
+                /* the engine's head-major blocks (engine/include/ft/model.h) */
                 const struct ft_attn_kv kv = {k + kvh * bt * sh->dk, v + kvh * bt * sh->dv, seqs[seq[r]].blocks,
                                               bt, sh->dk, sh->dv, bt * k_row, bt * v_row};
                 const int32_t p0 = window > 0 ? FT_MAX(0, pos[r] - window + 1) : 0;

@@ -5,7 +5,7 @@
  * restore the matcher's state (a set id) between brute-force tries. */
 #include "ft_test.h"
 
-#include "../../engine/text/grammar_match.c"
+#include "engine/text/grammar_match.c"
 
 #include "ft/gguf.h"
 

@@ -1,6 +1,6 @@
 /* The HTTP/1.1 request-head parser (http/http_parse.c): heads fed whole
  * and byte by byte, pipelined requests, and every refusal with its status. */
-#include "../../http/http_parse.c"
+#include "http/http_parse.c"
 
 #include "ft_test.h"
 

@@ -19,6 +19,7 @@
 #include "engine/runtime/placement.h"
 #include "ft/common.h"
 #include "ft/model.h"
+#include "ft/threadpool.h"
 #include "ft/topology.h"
 
 #include <pthread.h>

@@ -15,6 +15,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/model.h"
+#include "ft/threadpool.h"
 
 #include <stdbool.h>
 #include <stdint.h>

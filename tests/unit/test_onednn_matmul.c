@@ -6,8 +6,10 @@
  * own (OpenMP team) is alive. |got - ref| <= 1e-5 * sum |a_i w_i|.
  * Skips (77) in builds without FT_ONEDNN or on a CPU whose best level is not
  * avx512 (the only level that routes F32 weights to oneDNN). */
-#include "../../engine/model/model_internal.h"
+#include "engine/model/onednn_matmul.h"
+#include "ft/common.h"
 #include "ft/cpu.h"
+#include "ft/ops.h"
 #include "ft_test.h"
 
 #include <dirent.h>

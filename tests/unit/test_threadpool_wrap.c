@@ -4,7 +4,7 @@
  * still run once per thread and the caller must still wait for all of
  * them, spinning and sleeping. Includes the pool's source to set the start. */
 #define FT_POOL_GEN0 0xfffffff0u
-#include "../../engine/runtime/threadpool.c"
+#include "engine/runtime/threadpool.c"
 
 #include "ft_test.h"
 

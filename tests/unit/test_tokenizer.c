@@ -13,7 +13,7 @@
 #include "ft/tokenizer.h"
 #include "ft_test.h"
 
-#include "../../engine/text/tokenizer_internal.h"
+#include "engine/text/tokenizer_internal.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -12,10 +12,10 @@
  *    the same conversation (tests/data/templates/expected/);
  *  - the answers' JSON: message.tool_calls and streamed delta.tool_calls.
  * The HTTP sources are compiled in, as test_http_parse.c does. */
-#include "../../http/chat_context.c"
-#include "../../http/request_parse.c"
-#include "../../http/responses.c"
-#include "../../http/tool_request.c"
+#include "http/chat_context.c"
+#include "http/request_parse.c"
+#include "http/responses.c"
+#include "http/tool_request.c"
 
 #include "ft/gguf.h"
 #include "ft/tool_calls.h"

@@ -61,7 +61,7 @@ struct ft_hparams {
     bool tied_output;         /* output.weight absent: token_embd is the output head */
 };
 
-/* Threads, NUMA placement (include/ft/topology.h describes the modes) and
+/* Threads, NUMA placement (engine/include/ft/topology.h describes the modes) and
  * where weights are read from. Zero-initialized params mean: one thread per
  * physical core, NUMA off, weights copied into anonymous memory.
  *

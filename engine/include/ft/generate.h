@@ -42,7 +42,7 @@ struct ft_gen_params {
     const char *const *stops; /* kept by pointer: the caller keeps them alive */
     int n_stops;
     bool ignore_eos;          /* keep going after an end-of-generation token */
-    bool logprobs;            /* compute each token's log-probability (include/ft/logprobs.h) */
+    bool logprobs;            /* compute each token's log-probability (engine/include/ft/logprobs.h) */
     int32_t top_logprobs;     /* with logprobs: also the most likely tokens, 0 .. FT_MAX_TOP_LOGPROBS */
     /* Structured output: tokens are masked by this grammar and generation
      * stops when it is complete and nothing may follow. Both borrowed; the

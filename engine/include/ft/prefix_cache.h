@@ -61,7 +61,7 @@ void ft_prefix_cache_update(struct ft_prefix_cache *pc, int32_t seq, const int32
 void ft_prefix_cache_release(struct ft_prefix_cache *pc, int32_t seq, const int32_t *a, int32_t na,
                              const int32_t *b, int32_t nb);
 
-/* Report to ev (include/ft/kv_events.h) every full block that becomes a
+/* Report to ev (engine/include/ft/kv_events.h) every full block that becomes a
  * node (BlockStored: its chain hash, its parent's, its tokens), every full
  * node dropped (BlockRemoved) and, from ft_prefix_cache_free, the end of
  * them all (AllBlocksCleared). NULL stops reporting. The caller flushes. */

@@ -82,7 +82,7 @@ int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_ch
                             char **out /* OUT */, size_t *out_len /* OUT, may be NULL */);
 
 /* The template's text (line ends normalized to \n), e.g. to tell which
- * tool-call format its model writes (include/ft/tool_calls.h). */
+ * tool-call format its model writes (engine/include/ft/tool_calls.h). */
 const char *ft_chat_template_source(const struct ft_chat_template *t, size_t *len /* OUT */);
 
 /* Render with the variables llama.cpp and Hugging Face pass: every member of

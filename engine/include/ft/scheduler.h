@@ -16,7 +16,7 @@
  * to n_batch tokens; queued requests join (first in, first out) at the
  * next step when a slot is free, and finished or cancelled ones leave
  * without holding up the others. The KV cache is a shared block pool with
- * the prefix cache on top (include/ft/prefix_cache.h). */
+ * the prefix cache on top (engine/include/ft/prefix_cache.h). */
 #ifndef FT_SCHEDULER_H
 #define FT_SCHEDULER_H
 

@@ -110,7 +110,7 @@ size_t ft_gguf_vtype_size(enum ft_gguf_vtype t); /* 0 for STRING/ARRAY */
 
 /* ---- writer ----
  * Collects metadata and tensors, then writes a GGUF v3 file atomically
- * (include/ft/atomic_file.h), so a failed or killed write leaves nothing. */
+ * (engine/include/ft/atomic_file.h), so a failed or killed write leaves nothing. */
 struct ft_gguf_writer;
 
 struct ft_gguf_writer *ft_gguf_writer_new(void);

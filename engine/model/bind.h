@@ -1,0 +1,34 @@
+/* Tensor binding (engine/model/bind.c), used by the architecture files:
+ * every weight is looked up in the GGUF file by name and checked for shape
+ * and type before it is bound. Not a public header. */
+#ifndef FT_BIND_H
+#define FT_BIND_H
+
+#include "weights.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ft_model;
+
+/* Bind `name` (printf-style with the layer index) expecting shape
+ * (rows, cols) (rows 0: a vector of cols). Missing and not optional, or a
+ * wrong shape: FT_EFORMAT naming the tensor and both shapes. A type we
+ * cannot run: FT_EUNSUPPORTED. */
+int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
+            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Common to every arch: token_embd, output_norm, output (tied when absent). */
+int ft_bind_io(struct ft_model *m);
+
+/* What a layer's attention block has besides attn_norm, Wq, Wk, Wv, Wo. */
+enum ft_bind_attn_opts {
+    FT_BIND_QKV_BIAS = 1 << 0, /* attn_q/k/v.bias, optional */
+    FT_BIND_O_BIAS = 1 << 1,   /* attn_output.bias, optional */
+    FT_BIND_QK_NORM = 1 << 2,  /* attn_q_norm / attn_k_norm per head, required */
+};
+/* Layer il's attention weights, with the shapes the hyperparameters give. */
+int ft_bind_attention(struct ft_model *m, int il, unsigned opts);
+/* Layer il's gated feed-forward: ffn_norm, ffn_gate, ffn_up, ffn_down. */
+int ft_bind_ffn(struct ft_model *m, int il);
+
+#endif
