@@ -14,6 +14,10 @@
 #include "level.h"
 
 #include <pthread.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,7 @@ static const char *const k_isa_names[FT_ISA_COUNT] = {
     [FT_ISA_NEON] = "neon",
     [FT_ISA_NEON_DOTPROD] = "neon-dotprod",
     [FT_ISA_NEON_I8MM] = "neon-i8mm",
+    [FT_ISA_AMX] = "amx",
 };
 
 static struct ft_cpu_info g_cpu;
@@ -214,13 +219,39 @@ bool ft_isa_supported(enum ft_isa isa) {
     return linked_in(isa) && cpu_has(ft_cpu_info(), isa);
 }
 
+bool ft_isa_builds_on(enum ft_isa isa, enum ft_isa base) {
+    for (const struct ft_level_desc *d = ft_level_desc_get(isa); d; d = ft_level_desc_get(d->base)) {
+        if (d->isa == base)
+            return true;
+        if (d->base == d->isa)
+            break;
+    }
+    return false;
+}
+
+#if defined(FT_CPU_X86) && defined(__linux__)
+#define FT_ARCH_REQ_XCOMP_PERM 0x1023 /* uapi asm/prctl.h */
+#define FT_XFEATURE_XTILEDATA 18
+static bool g_amx_ok;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static void amx_permit_once(void) {
+    g_amx_ok = syscall(SYS_arch_prctl, FT_ARCH_REQ_XCOMP_PERM, FT_XFEATURE_XTILEDATA) == 0;
+}
+bool ft_x86_amx_permit(void) {
+    pthread_once(&g_amx_once, amx_permit_once);
+    return g_amx_ok;
+}
+#else
+bool ft_x86_amx_permit(void) { return false; }
+#endif
+
 /* Validate a level name; FT_OK and *out, or an error with g_error set.
  * `what` names the source of the request ("FT_ISA", "--isa"). */
 static int resolve(const char *what, const char *name, enum ft_isa *out) {
     enum ft_isa isa;
     if (ft_isa_parse(name, &isa) != FT_OK) {
         snprintf(g_error, sizeof(g_error),
-                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx512, neon, neon-dotprod or "
+                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx512, amx, neon, neon-dotprod or "
                  "neon-i8mm)",
                  what, name ? name : "(null)");
         return FT_EINVAL;

@@ -47,6 +47,10 @@ const struct ft_level_desc *ft_level_desc_get(enum ft_isa isa);
 /* The built level, or NULL when this CPU or build cannot run it. */
 const struct ft_level *ft_level_get(enum ft_isa isa);
 
+/* Linux hands a process the AMX tile state only on request
+ * (arch_prctl ARCH_REQ_XCOMP_PERM); asks once, true when granted. */
+bool ft_x86_amx_permit(void);
+
 /* The kernel files' fill functions: ft_<level>_<family>_fill. */
 void ft_avx2_quant_fill(struct ft_level *l);
 void ft_avx2_qgemm_fill(struct ft_level *l);
@@ -58,6 +62,7 @@ void ft_avx512_qgemm_fill(struct ft_level *l);
 void ft_avx512_float_gemm_fill(struct ft_level *l);
 void ft_avx512_attn_fill(struct ft_level *l);
 void ft_avx512_ops_fill(struct ft_level *l);
+void ft_amx_qgemm_fill(struct ft_level *l);
 void ft_neon_quant_fill(struct ft_level *l);
 void ft_neon_dotprod_quant_fill(struct ft_level *l);
 void ft_neon_dotprod_qgemm_fill(struct ft_level *l);

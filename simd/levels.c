@@ -28,6 +28,7 @@ static bool runs_avx2(const struct ft_cpu_info *c) { return c->avx && c->avx2 &&
 static bool runs_avx512(const struct ft_cpu_info *c) {
     return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512_vnni;
 }
+static bool runs_amx(const struct ft_cpu_info *c) { return c->amx_tile && c->amx_int8 && ft_x86_amx_permit(); }
 #endif
 #ifdef FT_SIMD_ARM
 static bool runs_neon(const struct ft_cpu_info *c) { return c->asimd; }
@@ -49,6 +50,11 @@ static const struct ft_level_desc k_levels[] = {
      .runs = runs_avx512,
      .fill = {ft_avx512_quant_fill, ft_avx512_qgemm_fill, ft_avx512_float_gemm_fill, ft_avx512_attn_fill,
               ft_avx512_ops_fill}},
+    {.isa = FT_ISA_AMX, /* avx512's kernels, and AMX tiles for the GEMMs of prefill */
+     .base = FT_ISA_AVX512,
+     .needs = "the avx512 level's features, AMX-TILE and AMX-INT8, and a kernel that grants the tile state (Linux 5.16+)",
+     .runs = runs_amx,
+     .fill = {ft_amx_qgemm_fill}},
 #endif
 #ifdef FT_SIMD_ARM
     {.isa = FT_ISA_NEON, .base = FT_ISA_SCALAR, .needs = "aarch64 with ASIMD", .runs = runs_neon,

@@ -61,9 +61,9 @@
  * level's GEMM), or NULL for vec_dot. */
 static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok) {
     if (w->rw)
-        return w->rw;
+        return ft_qgemm_for_tokens(w->rw, n_tok);
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
-    return g && n_tok >= g->min_tokens ? g : NULL;
+    return g && n_tok >= g->min_tokens ? ft_qgemm_for_tokens(g, n_tok) : NULL;
 }
 
 static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
@@ -95,26 +95,27 @@ static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
 static void need_of(const struct ft_weight *w, int32_t n_tok, size_t *act, size_t *panel) {
     if (!w->data || w->rows <= 0)
         return;
+    /* smaller batches may take the base entry of a large one: room for both */
     if (w->rw) { /* activation tiles; a panel only where repacked tiles are unpacked */
-        const struct ft_qgemm *g = w->rw;
-        const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
-        *act = FT_MAX(*act, tiles * g->a_tile_size(w->cols));
-        if (rw_unpacks(g, n_tok)) {
-            const size_t wt = g->w_tile_size(w->cols);
-            *panel = FT_MAX(*panel, FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt));
+        for (const struct ft_qgemm *g = w->rw; g; g = g->large) {
+            const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
+            *act = FT_MAX(*act, tiles * g->a_tile_size(w->cols));
+            if (rw_unpacks(g, n_tok)) {
+                const size_t wt = g->w_tile_size(w->cols);
+                *panel = FT_MAX(*panel, FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt));
+            }
         }
         return;
     }
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
-        const struct ft_qgemm *g = ft_qgemm_get_isa(w->type, (enum ft_isa)isa);
-        if (!g || n_tok < g->min_tokens)
-            continue;
-        const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
-        const size_t a = tiles * g->a_tile_size(w->cols);
-        const size_t wt = g->w_tile_size(w->cols);
-        const size_t p = FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt);
-        *act = FT_MAX(*act, a);
-        *panel = FT_MAX(*panel, p);
+        for (const struct ft_qgemm *g = ft_qgemm_get_isa(w->type, (enum ft_isa)isa); g; g = g->large) {
+            if (n_tok < g->min_tokens)
+                continue;
+            const size_t tiles = (size_t)(n_tok + g->tile_tokens - 1) / (size_t)g->tile_tokens;
+            const size_t wt = g->w_tile_size(w->cols);
+            *act = FT_MAX(*act, tiles * g->a_tile_size(w->cols));
+            *panel = FT_MAX(*panel, FT_MAX(wt, FT_QGEMM_PANEL_BYTES / wt * wt));
+        }
     }
 }
 

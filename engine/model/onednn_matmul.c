@@ -139,7 +139,7 @@ static struct dnnl_entry *entry_for(int64_t m, int64_t k, int64_t n, int64_t ldc
 }
 
 bool ft_onednn_matmul_applies(const struct ft_weight *w) {
-    if (w->type != FT_TYPE_F32 || ft_cpu_isa() != FT_ISA_AVX512)
+    if (w->type != FT_TYPE_F32 || !ft_isa_builds_on(ft_cpu_isa(), FT_ISA_AVX512))
         return false;
     pthread_once(&g_dnnl_once, dnnl_init);
     return g_dnnl.engine != NULL;

@@ -37,7 +37,8 @@ enum ft_isa {
     FT_ISA_NEON = 3,
     FT_ISA_NEON_DOTPROD = 4,
     FT_ISA_NEON_I8MM = 5,
-    FT_ISA_COUNT = 6,
+    FT_ISA_AMX = 6, /* avx512 + AMX tiles for prefill (after the ARM ones: one arch's levels stay in order) */
+    FT_ISA_COUNT = 7,
 };
 
 struct ft_cpu_info {
@@ -64,6 +65,8 @@ const char *ft_isa_name(enum ft_isa isa); /* "avx512"; "?" if out of range */
 int ft_isa_parse(const char *name, enum ft_isa *out);
 /* The level's kernels are linked in and this CPU can run them. */
 bool ft_isa_supported(enum ft_isa isa);
+/* isa is base or a level built on it (its entries start as base's). */
+bool ft_isa_builds_on(enum ft_isa isa, enum ft_isa base);
 
 /* Apply FT_ISA from the environment (once; later calls return the same
  * result). FT_OK when unset, "auto", or a usable level. */

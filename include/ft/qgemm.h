@@ -86,12 +86,25 @@ struct ft_qgemm {
      * batches large enough that unpacking once per product beats unpacking
      * in registers per 4 tokens (FT_RW_UNPACK_MIN_TOKENS). */
     void (*unpack_rw)(const void *rw_tile, int64_t k, void *w_tile);
+    /* Optional: the GEMM for batches of at least large_min_tokens, with the
+     * same weight tiles (w_tile_size, pack_w, and the repacked layout with
+     * its unpack_rw) but activation tiles and a kernel of its own (the amx
+     * level's tile unit). Where the weights are repacked, large_min_tokens
+     * >= FT_RW_UNPACK_MIN_TOKENS, so the large entry only ever runs on
+     * unpacked tiles and never on kernel_rw's path. */
+    const struct ft_qgemm *large;
+    int large_min_tokens;
 };
 
 /* Batches from which repacked weights with unpack_rw are unpacked into a
  * panel and go through kernel (on the 1B Q4_0 at 512 tokens kernel_rw
  * measured about 4% behind the unpacked kernel, near this host's noise). */
 #define FT_RW_UNPACK_MIN_TOKENS 32
+
+/* g, or its large entry when n_tok reaches it. */
+static inline const struct ft_qgemm *ft_qgemm_for_tokens(const struct ft_qgemm *g, int64_t n_tok) {
+    return g && g->large && n_tok >= g->large_min_tokens ? g->large : g;
+}
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when
  * that level has none for t (use vec_dot row by row). */

@@ -404,7 +404,8 @@ def test_bench_isa_all(ft, tiny_model):
     rows = [json.loads(l) for l in r.stdout.decode().splitlines()]
     levels = list(dict.fromkeys(x["isa"] for x in rows))
     assert levels[0] == best and "scalar" not in levels
-    order = {"avx512": ["avx512", "avx2"], "avx2": ["avx2"], "neon-i8mm": ["neon-i8mm", "neon-dotprod", "neon"],
+    order = {"amx": ["amx", "avx512", "avx2"], "avx512": ["avx512", "avx2"], "avx2": ["avx2"],
+             "neon-i8mm": ["neon-i8mm", "neon-dotprod", "neon"],
              "neon-dotprod": ["neon-dotprod", "neon"], "neon": ["neon"]}
     if best in order:
         assert levels == order[best]
@@ -432,6 +433,6 @@ def test_bench_isa_bad(ft, tiny_model, isa):
 
 def test_bench_isa_unsupported(ft, tiny_model):
     # a level this CPU (or build) cannot run is an argument error, named in the message
-    lacking = "neon" if _levels(ft).startswith("avx") else "avx2"
+    lacking = "neon" if _levels(ft) in ("avx2", "avx512", "amx") else "avx2"
     r = ft("bench", "-m", tiny_model, "--isa", lacking)
     assert r.returncode == 2 and one_error_line(r) and lacking.encode() in r.stderr

@@ -227,15 +227,17 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
         free(out_packed);
     }
 
-    /* neon-i8mm sums the same integers as neon-dotprod and applies the
-     * scales in the same order: the floats must be identical */
-    if (isa == FT_ISA_NEON_I8MM && ft_isa_supported(FT_ISA_NEON_DOTPROD)) {
+    /* neon-i8mm sums the same integers as neon-dotprod, and amx as avx512,
+     * and each applies the scales in the same order as the level it builds
+     * on: the floats must be identical */
+    const enum ft_isa same_as = isa == FT_ISA_NEON_I8MM ? FT_ISA_NEON_DOTPROD : isa == FT_ISA_AMX ? FT_ISA_AVX512 : isa;
+    if (same_as != isa && ft_isa_supported(same_as)) {
         float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
-        gemm_run(ft_qgemm_get_isa(t, FT_ISA_NEON_DOTPROD), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld, false);
+        gemm_run(ft_qgemm_get_isa(t, same_as), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld, false);
         CHECKF(memcmp(out, out_dot, (size_t)tok_rows * (size_t)ld * sizeof(float)) == 0,
-               "neon-i8mm gemm %s k=%lld rows=%d tokens=%d: not the floats of neon-dotprod", ref->name,
-               (long long)k, rows, n_tok);
+               "%s gemm %s k=%lld rows=%d tokens=%d: not the floats of %s", ft_isa_name(isa), ref->name,
+               (long long)k, rows, n_tok, ft_isa_name(same_as));
         free(out_dot);
     }
 
@@ -313,6 +315,19 @@ static void check_level(enum ft_isa isa) {
             if (g->repack_w) /* every batch size the kernel takes, one token (decode) too */
                 for (int nt = 1; nt <= g->tile_tokens + 3; nt++)
                     check_gemm(isa, g, k, rows, nt, nt % 2, true);
+            /* the large-batch entry, on the weight tiles it shares: every
+             * batch size of a tile and past it (tokens that are padding) */
+            if (g->large)
+                for (int nt = 1; nt <= g->large->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
+                    check_gemm(isa, g->large, k, rows, nt, nt % 2, false);
+        }
+        if (g->large) {
+            const struct ft_qgemm *L = g->large;
+            CHECK(L->type == t && L->act_type == g->act_type && L->tile_rows == g->tile_rows && !L->large);
+            CHECK(L->w_tile_size == g->w_tile_size && L->pack_w == g->pack_w && L->unpack_rw == g->unpack_rw);
+            CHECKF(!g->kernel_rw || g->large_min_tokens >= FT_RW_UNPACK_MIN_TOKENS,
+                   "%s %s: the large entry would run on kernel_rw's path", ft_isa_name(isa), ft_type_name(t));
+            CHECK(ft_qgemm_for_tokens(g, g->large_min_tokens - 1) == g && ft_qgemm_for_tokens(g, g->large_min_tokens) == L);
         }
         if (g->repack_w)
             n_rw++;

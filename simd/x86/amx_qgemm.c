@@ -1,0 +1,247 @@
+/* Quantized GEMM on AMX tiles, the amx level (built on avx512; compiled
+ * with avx512's flags plus AMX-TILE and AMX-INT8, cmake/FtSimd.cmake).
+ *
+ * The weight tiles are avx512's (simd/x86/avx512_qgemm.c: pack_w, and the
+ * repacked Q4_0/Q6_K tiles with their unpack_rw): a sub-block of G
+ * elements of 16 rows is G/4 groups of 64 bytes, each 4 consecutive
+ * unsigned quants of every row, which is exactly the B operand of an AMX
+ * int8 product (K/4 rows of N x 4 bytes). The activation tile is
+ * ft_qg_pack_a_width's layout with a group as wide as the sub-block and 16
+ * tokens: a sub-block's quants of the 16 tokens are 16 rows of G bytes,
+ * the A operand. So one tdpbsud (signed activations x unsigned weights)
+ * makes the 16 x 16 int32 sums of a sub-block, and AVX-512 then applies
+ * the scales and offsets exactly as avx512's kernel_tile does, in the same
+ * order: the outputs are avx512's bit for bit.
+ *
+ * Against the VNNI kernel this moves the products off the vector ports:
+ * per sub-block of 32 and 16 tokens it was 8 vpdpbusd per token, it is one
+ * tile instruction plus a store of the 16 x 16 sums, leaving the float
+ * work (convert, scale, accumulate) as the cost. Decode is unchanged: one
+ * token, or batches below the entries' thresholds, take avx512's kernels,
+ * whose tiles are the same.
+ *
+ * Linux hands out the tile state only on request (cpu_detect.c asks,
+ * ft_x86_amx_permit); each thread configures its tiles once per sub-block
+ * size (_tile_loadconfig is per thread and survives context switches).
+ */
+#include "simd/level.h"
+#include "simd/qgemm_pack.h"
+
+#include <immintrin.h>
+
+#define TR 16 /* weight rows per tile: the 16 int32 columns of C */
+#define TT 16 /* tokens per activation tile: the 16 rows of A and C */
+
+/* From 4 tokens, as avx512 (the tile unit's cost does not depend on the
+ * number of tokens; the float work is per token present). */
+#define MIN_TOKENS 4
+
+/* The tile configuration of palette 1 (Intel SDM, LDTILECFG). */
+struct tilecfg {
+    uint8_t palette;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+/* Sub-block size this thread's tiles are configured for; 0: none yet. */
+static _Thread_local int t_tiles_g;
+
+/* Two sets of tiles, so the tile unit works on one sub-block while the
+ * vector units scale the sums of the one before: set 0 is tmm0 (C, 16
+ * tokens x 16 int32), tmm1 (A, 16 tokens x G bytes), tmm2 (B, G/4 groups
+ * x 16 rows x 4 bytes); set 1 is tmm3..tmm5 likewise. */
+static inline void configure(int G) {
+    if (t_tiles_g == G)
+        return;
+    struct tilecfg c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int set = 0; set < 2; set++) {
+        c.rows[3 * set + 0] = TT;
+        c.colsb[3 * set + 0] = 4 * TR;
+        c.rows[3 * set + 1] = TT;
+        c.colsb[3 * set + 1] = (uint16_t)G;
+        c.rows[3 * set + 2] = (uint8_t)(G / 4);
+        c.colsb[3 * set + 2] = 4 * TR;
+    }
+    /* not _tile_loadconfig: GCC 12's declares a pointer-sized memory
+     * operand, so the stores to the rest of the struct are dropped */
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
+    t_tiles_g = G;
+}
+
+static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }
+static inline __m512 bcastf(const uint8_t *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return _mm512_set1_ps(f);
+}
+
+/* The 16 x 16 int32 sums of one sub-block (A at a, B at w) into tile set
+ * `set`, and out of it into memory. */
+static inline void tiles_issue(int set, const uint8_t *a, const uint8_t *w, int G) {
+    if (set == 0) {
+        _tile_zero(0);
+        _tile_loadd(1, a, G);
+        _tile_loadd(2, w, 4 * TR);
+        _tile_dpbsud(0, 1, 2);
+    } else {
+        _tile_zero(3);
+        _tile_loadd(4, a, G);
+        _tile_loadd(5, w, 4 * TR);
+        _tile_dpbsud(3, 4, 5);
+    }
+}
+static inline void tiles_store(int set, int32_t *sums) {
+    if (set == 0)
+        _tile_stored(0, sums, 4 * TR);
+    else
+        _tile_stored(3, sums, 4 * TR);
+}
+
+/* kernel_tile of avx512_qgemm.c with the integer sums from the tile unit;
+ * NT (8 or 16) tokens are scaled, the rest of the tile is zero padding.
+ * Sub-blocks are numbered j = block * nsub + s over the whole row. */
+__attribute__((always_inline)) static inline void amx_tile(const uint8_t *restrict w, const uint8_t *restrict a,
+                                                           int64_t k, int n_rows, int n_tok, float *restrict out,
+                                                           int64_t ld, const int G, const int ABLK, const int MINS,
+                                                           const int XINT, const int FOLD, const int NT) {
+    configure(G);
+    const int nsub = ABLK / G;
+    const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
+    const size_t ab_bytes = ft_qg_ab_bytes_tt(G, ABLK, TT);
+    const int64_t nsb = k / G;
+    int32_t sums[2][TT * TR] __attribute__((aligned(64)));
+    __m512 facc[TT], part[TT];
+    for (int t = 0; t < NT; t++)
+        facc[t] = part[t] = _mm512_setzero_ps();
+    tiles_issue(0, a, w, G);
+    for (int64_t j = 0; j < nsb; j++) {
+        const int set = (int)(j & 1);
+        tiles_store(set, sums[set]);
+        if (j + 1 < nsb) {
+            const int64_t b1 = (j + 1) / nsub, s1 = (j + 1) % nsub;
+            tiles_issue(set ^ 1, a + (size_t)b1 * ab_bytes + (size_t)s1 * TT * G, w + (size_t)(j + 1) * sb_bytes, G);
+        }
+        const int s = (int)(j % nsub);
+        const uint8_t *ab = a + (size_t)(j / nsub) * ab_bytes;
+        const uint8_t *D = ab + ABLK * TT;
+        const uint8_t *X = D + 4 * TT;
+        const uint8_t *ws = w + (size_t)j * sb_bytes;
+        __m512i acc[TT];
+        for (int t = 0; t < NT; t++) {
+            acc[t] = _mm512_load_si512(sums[set] + t * TR);
+            if (XINT)
+                acc[t] = _mm512_add_epi32(bcast32(X + (s * TT + t) * 4), acc[t]);
+        }
+        const __m512 S = _mm512_loadu_ps(ws + G * TR);
+        if (nsub == 1) {
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+            if (MINS) {
+                const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
+                for (int t = 0; t < NT; t++)
+                    facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
+            }
+        } else if (FOLD) {
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
+        } else {
+            for (int t = 0; t < NT; t++)
+                part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
+                                 : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
+            if (MINS) {
+                const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
+                for (int t = 0; t < NT; t++)
+                    part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
+            }
+            if (s == nsub - 1)
+                for (int t = 0; t < NT; t++)
+                    facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
+        }
+    }
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int t = 0; t < NT; t++)
+        if (t < n_tok)
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+}
+
+/* XINT with the integer start added after the product: the tile is
+ * zeroed, not loaded with X, so the sum is X + dot as avx512 forms it. */
+#define KERNEL(name, G, ABLK, MINS, XINT, FOLD)                                                              \
+    static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
+        if (n_tok <= 8)                                                                                        \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, 8);                           \
+        else                                                                                                   \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, TT);                          \
+    }
+KERNEL(kernel_q8_0_class, 32, 32, 0, 1, 0)  /* Q8_0, Q4_0, Q5_0 */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)  /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)   /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)   /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 1, 0) /* Q3_K */
+KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)  /* Q6_K (avx512 unpacks its repacked tiles with the scales folded) */
+
+/* Activation tiles: a group is a whole sub-block, 16 tokens; the X and D
+ * values as avx512 makes them. */
+#define PACK_A(name, ACT, G, ABLK, XMODE, OFF)                                                 \
+    static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {        \
+        ft_qg_pack_a_width(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF, G, TT);             \
+    }                                                                                          \
+    static size_t name##_size(int64_t k) { return (size_t)(k / ABLK) * ft_qg_ab_bytes_tt(G, ABLK, TT); }
+PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 128)
+PACK_A(pack_a_q4_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 8)
+PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 16)
+PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, 32, FT_QG_X_S, 0)
+PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, 256, FT_QG_X_SUM, 0)
+PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, 256, FT_QG_X_SUM, 0)
+PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 4)
+PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+/* This level's entries: avx512's with the AMX activation tiles and kernel
+ * (g_amx), and for repacked types avx512's entry as it is with g_amx as its
+ * large entry (g_rw), because kernel_rw reads avx512's activation tiles. */
+static struct ft_qgemm g_amx[FT_TYPE_COUNT], g_rw[FT_TYPE_COUNT];
+
+typedef void (*pack_a_fn)(const void *, size_t, int, int64_t, void *);
+typedef size_t (*size_fn)(int64_t);
+typedef void (*kernel_fn)(const void *, const void *, int64_t, int, int, float *, int64_t);
+
+static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_size, kernel_fn kernel) {
+    const struct ft_qgemm *base = l->qgemm[t];
+    if (!base || base->type != t || base->w_tile_size == NULL)
+        return;
+    g_amx[t] = *base;
+    g_amx[t].tile_tokens = TT;
+    g_amx[t].min_tokens = MIN_TOKENS;
+    g_amx[t].a_tile_size = a_size;
+    g_amx[t].pack_a = pack_a;
+    g_amx[t].kernel = kernel;
+    g_amx[t].large = NULL;
+    g_amx[t].large_min_tokens = 0;
+    if (!base->kernel_rw) {
+        l->qgemm[t] = &g_amx[t];
+        return;
+    }
+    g_rw[t] = *base;
+    g_rw[t].large = &g_amx[t];
+    g_rw[t].large_min_tokens = FT_RW_UNPACK_MIN_TOKENS;
+    l->qgemm[t] = &g_rw[t];
+}
+
+void ft_amx_qgemm_fill(struct ft_level *l) {
+    set(l, FT_TYPE_Q8_0, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class);
+    set(l, FT_TYPE_Q4_0, pack_a_q4_0, pack_a_q4_0_size, kernel_q8_0_class);
+    set(l, FT_TYPE_Q5_0, pack_a_q5_0, pack_a_q5_0_size, kernel_q8_0_class);
+    set(l, FT_TYPE_Q4_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class);
+    set(l, FT_TYPE_Q5_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class);
+    set(l, FT_TYPE_Q2_K, pack_a_k16_sum, pack_a_k16_sum_size, kernel_k16_mins);
+    set(l, FT_TYPE_Q3_K, pack_a_q3_K, pack_a_q3_K_size, kernel_k16_offset);
+    set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
+    set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
+    set(l, FT_TYPE_Q6_K, pack_a_q6_K, pack_a_q6_K_size, kernel_q6_K_fold);
+}
