@@ -101,9 +101,58 @@ static inline void tiles_store(int set, int32_t *sums) {
         _tile_stored(3, sums, 4 * TR);
 }
 
+/* Sub-block j's sums (in memory) scaled into the accumulators, as
+ * avx512's kernel_tile does; sub-blocks are numbered j = block * nsub + s
+ * over the whole row. */
+__attribute__((always_inline)) static inline void scale_sums(const int32_t *sums, int64_t j, const uint8_t *a,
+                                                             const uint8_t *w, __m512 *facc, __m512 *part,
+                                                             const int G, const int ABLK, const int MINS,
+                                                             const int XINT, const int FOLD, const int NT) {
+    const int nsub = ABLK / G;
+    const int s = (int)(j % nsub);
+    const uint8_t *ab = a + (size_t)(j / nsub) * ft_qg_ab_bytes_tt(G, ABLK, TT);
+    const uint8_t *D = ab + ABLK * TT;
+    const uint8_t *X = D + 4 * TT;
+    const uint8_t *ws = w + (size_t)j * ft_qg_sb_bytes(TR, G, MINS);
+    __m512i acc[TT];
+    for (int t = 0; t < NT; t++) {
+        acc[t] = _mm512_load_si512(sums + t * TR);
+        if (XINT)
+            acc[t] = _mm512_add_epi32(bcast32(X + (s * TT + t) * 4), acc[t]);
+    }
+    const __m512 S = _mm512_loadu_ps(ws + G * TR);
+    if (nsub == 1) {
+        for (int t = 0; t < NT; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+        if (MINS) {
+            const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
+        }
+    } else if (FOLD) {
+        for (int t = 0; t < NT; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
+    } else {
+        for (int t = 0; t < NT; t++)
+            part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
+                             : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
+        if (MINS) {
+            const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
+            for (int t = 0; t < NT; t++)
+                part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
+        }
+        if (s == nsub - 1)
+            for (int t = 0; t < NT; t++)
+                facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
+    }
+}
+
 /* kernel_tile of avx512_qgemm.c with the integer sums from the tile unit;
  * NT (8 or 16) tokens are scaled, the rest of the tile is zero padding.
- * Sub-blocks are numbered j = block * nsub + s over the whole row. */
+ * A software pipeline: while the tile unit computes sub-block j + 1, the
+ * vector units scale sub-block j - 1, whose sums were stored an iteration
+ * earlier (scaling the sums just stored waited for the store, and the
+ * tile unit and the vector units took turns). */
 __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restrict w, const uint8_t *restrict a,
                                                            int64_t k, int n_rows, int n_tok, float *restrict out,
                                                            int64_t ld, const int G, const int ABLK, const int MINS,
@@ -125,43 +174,10 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
             const int64_t b1 = (j + 1) / nsub, s1 = (j + 1) % nsub;
             tiles_issue(set ^ 1, a + (size_t)b1 * ab_bytes + (size_t)s1 * TT * G, w + (size_t)(j + 1) * sb_bytes, G);
         }
-        const int s = (int)(j % nsub);
-        const uint8_t *ab = a + (size_t)(j / nsub) * ab_bytes;
-        const uint8_t *D = ab + ABLK * TT;
-        const uint8_t *X = D + 4 * TT;
-        const uint8_t *ws = w + (size_t)j * sb_bytes;
-        __m512i acc[TT];
-        for (int t = 0; t < NT; t++) {
-            acc[t] = _mm512_load_si512(sums[set] + t * TR);
-            if (XINT)
-                acc[t] = _mm512_add_epi32(bcast32(X + (s * TT + t) * 4), acc[t]);
-        }
-        const __m512 S = _mm512_loadu_ps(ws + G * TR);
-        if (nsub == 1) {
-            for (int t = 0; t < NT; t++)
-                facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
-            if (MINS) {
-                const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
-                for (int t = 0; t < NT; t++)
-                    facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
-            }
-        } else if (FOLD) {
-            for (int t = 0; t < NT; t++)
-                facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
-        } else {
-            for (int t = 0; t < NT; t++)
-                part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
-                                 : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
-            if (MINS) {
-                const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
-                for (int t = 0; t < NT; t++)
-                    part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
-            }
-            if (s == nsub - 1)
-                for (int t = 0; t < NT; t++)
-                    facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
-        }
+        if (j > 0)
+            scale_sums(sums[set ^ 1], j - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
     }
+    scale_sums(sums[(nsb - 1) & 1], nsb - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
     for (int t = 0; t < NT; t++)
         if (t < n_tok)
