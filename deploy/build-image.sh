@@ -32,12 +32,12 @@ Builds deploy/Containerfile into an image (podman).
   --local-base        make the local base from the Debian mirror even if
                       debian:12 could be pulled (and remake it if it exists)
   --base-only         make the local base and stop
-  --mirror URL        Debian mirror for the local base (default: the host's
-                      apt sources, else http://deb.debian.org/debian)
+  --mirror URL        Debian mirror for the local base (default: the one in
+                      the host's apt sources, else debootstrap's default)
   --security-mirror URL
-                      Debian security mirror written into the base's apt
-                      sources (default: the host's, else
-                      http://deb.debian.org/debian-security)
+                      Debian security archive for the base's apt sources
+                      (default: the one in the host's apt sources, else the
+                      mirror's URL with -security appended)
   --no-cache          build every step again (no cached layers)
   --print-global-args print the podman options this host needs (put them
                       before the subcommand: podman OPTIONS run ...) and exit
@@ -80,7 +80,7 @@ while [ $# -gt 0 ]; do
     --print-global-args) PRINT=global ;;
     --print-run-args) PRINT=run ;;
     -h|--help) usage; exit 0 ;;
-    *) usage >&2; exit 2 ;;
+    *) echo "build-image.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
   shift
 done
@@ -144,15 +144,19 @@ make_local_base() {
   [ "$(id -u)" = 0 ] || die "making the base image needs root (debootstrap)"
   command -v debootstrap >/dev/null || die "needs debootstrap (apt-get install debootstrap)"
   [ -n "$MIRROR" ] || MIRROR=$(host_uri debian)
-  [ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
-  [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR=$(host_uri debian-security)
-  [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR=http://deb.debian.org/debian-security
-  echo "build-image.sh: making $LOCAL_TAG: debootstrap --variant=minbase $SUITE from $MIRROR"
+  echo "build-image.sh: making $LOCAL_TAG: debootstrap --variant=minbase $SUITE ${MIRROR:-(its default mirror)}"
   local t0=$SECONDS
   WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/ft-base.XXXXXX")
   local r="$WORK/rootfs"
-  debootstrap --variant=minbase "$SUITE" "$r" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 \
+  # Without a mirror argument debootstrap uses its own default.
+  debootstrap --variant=minbase "$SUITE" "$r" ${MIRROR:+"$MIRROR"} >"$WORK/debootstrap.log" 2>&1 \
     || { tail -n 20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
+  # The mirror debootstrap used is in the sources.list it wrote.
+  [ -n "$MIRROR" ] || MIRROR=$(awk '$1 == "deb" { print $2; exit }' "$r/etc/apt/sources.list")
+  [ -n "$MIRROR" ] || die "no mirror in the new root's sources.list"
+  MIRROR=${MIRROR%/}
+  [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR=$(host_uri debian-security)
+  [ -n "$SECURITY_MIRROR" ] || SECURITY_MIRROR=$MIRROR-security
   # apt sources as in Debian's own image: the release, its updates, security.
   rm -f "$r/etc/apt/sources.list"
   cat >"$r/etc/apt/sources.list.d/debian.sources" <<EOF
@@ -178,7 +182,7 @@ EOF
   local old
   old=$(pm image inspect --format '{{.Id}}' "$LOCAL_TAG" 2>/dev/null || true)
   tar -C "$r" --numeric-owner --xattrs -cf - . \
-    | pm import \
+    | pm import -q \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["bash"]' \
         --change "LABEL org.opencontainers.image.description=Debian $SUITE minbase from $MIRROR (deploy/build-image.sh)" \
