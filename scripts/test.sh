@@ -3,7 +3,9 @@
 #   1. set-up (scripts/setup.sh: packages, .venv, default model)
 #   2. release build with warnings as errors -> C unit tests (ctest)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build -> the same tests
-#   4. end-to-end tests of the ft binary (pytest), incl. the real model
+#   4. end-to-end tests of the ft binary (pytest), incl. the real model, and
+#      of the OCI image (deploy/build-image.sh builds it; FT_TEST_IMAGE=0
+#      leaves that test out)
 #   5. a short libFuzzer run of every fuzz target over its seed corpus
 # The reference models and tokenizer vectors come from tests/data (ctest's
 # test_data fixture and the e2e conftest make BUILD/test-data from it).
@@ -31,7 +33,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 step "end-to-end tests (pytest)"
 FT_BIN="$ROOT/build/ci-release/ft" FT_ASAN_BIN="$ROOT/build/ci-asan/ft" \
-  .venv/bin/python -m pytest -q tests/e2e
+  FT_TEST_IMAGE="${FT_TEST_IMAGE:-1}" .venv/bin/python -m pytest -q tests/e2e
 
 step "ARM NEON kernels (cross-compiled, run under qemu-aarch64)"
 tests/arm/run_arm_tests.sh

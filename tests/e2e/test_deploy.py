@@ -2,8 +2,8 @@
 Kubernetes version's schemas (kubernetes-validate, which ships them), the
 InferencePool and the endpoint picker's config against structural schemas of
 their APIs (deploy/schemas/), the cross-references between them, the
-Containerfile as far as it can be checked without building it (no image
-registry is reachable here), and every metric name the Grafana dashboard, the
+Containerfile as far as it can be checked without building it
+(test_image.py builds and runs it, opt-in), and every metric name the Grafana dashboard, the
 HPA, the prometheus-adapter rule and the endpoint picker use against a live
 /metrics scrape of ft serve run with the Deployment's own arguments.
 
@@ -188,20 +188,23 @@ def test_endpoint_picker_config():
     assert path == mount + "/config.yaml"
 
 
-# ---- Containerfile (unbuilt: no registry for debian:12 here) -----------------------------------------
+# ---- Containerfile (read here; built and run by test_image.py) ----------------------------------------
 
 def containerfile():
+    """The stages, after the global ARGs (the ops before the first FROM) as stage 0's "global"."""
     text = (DEPLOY / "Containerfile").read_text()
     text = re.sub(r"\\\n", " ", text)  # join continuation lines
-    stages, cur = [], None
+    glob, stages, cur = [], [], None
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         op, _, rest = line.partition(" ")
         if op.upper() == "FROM":
-            cur = {"from": rest, "ops": []}
+            cur = {"from": rest, "ops": [], "global": glob}
             stages.append(cur)
+        elif cur is None:
+            glob.append((op.upper(), rest))
         else:
             cur["ops"].append((op.upper(), rest))
     return stages
@@ -224,10 +227,21 @@ def setup_packages():
 
 def test_containerfile_stages_user_volume():
     st = containerfile()
-    assert [s["from"] for s in st] == ["debian:12 AS build", "debian:12"]
+    # Both stages from BASE, debian:12 unless a local base is passed
+    # (deploy/build-image.sh without a registry).
+    assert ("ARG", "BASE=debian:12") in st[0]["global"]
+    assert [s["from"] for s in st] == ["${BASE} AS build", "${BASE}"]
     run = st[-1]["ops"]
     user = [r for op, r in run if op == "USER"]
     assert user and user[-1].split(":")[0] not in ("0", "root")
+    # USER's uid and gid are the ft user and group the run stage creates,
+    # so the process has a named group, as the Deployment's runAsGroup.
+    uid, gid = user[-1].split(":")
+    made = " ".join(r for op, r in run if op == "RUN")
+    assert re.search(rf"groupadd\b[^&]*--gid {gid} ft\b", made), made
+    assert re.search(rf"useradd\b[^&]*--uid {uid} --gid {gid}\b[^&]* ft\b", made), made
+    dep = one("Deployment", "ft-serve")["spec"]["template"]["spec"]["securityContext"]
+    assert (str(dep["runAsUser"]), str(dep["runAsGroup"])) == (uid, gid)
     assert any(op == "VOLUME" and "/models" in r for op, r in run)
     entry = [json.loads(r) for op, r in run if op == "ENTRYPOINT"][0]
     cmd = [json.loads(r) for op, r in run if op == "CMD"][0]
