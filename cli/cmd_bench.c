@@ -269,7 +269,7 @@ int ft_cmd_bench(int argc, char **argv) {
     const char *isa_s = NULL;
     int reps = 5, n_batch = 2048, numa_node = -1;
     uint64_t seed = 1;
-    bool no_warmup = false, hw = false, use_mmap = false;
+    bool no_warmup = false, hw = false, use_mmap = false, f16_bf16 = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR_LIST, &models, "FILE", "GGUF model (repeatable; default: $FT_MODEL or Gemma 3 270M)"},
         {"-p", "--n-prompt", FT_OPT_STR, &p_s, "N[,N..]", "prompt lengths of the ppN tests (default 512; 0 = none)"},
@@ -288,6 +288,7 @@ int ft_cmd_bench(int argc, char **argv) {
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
+        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
         {NULL, "--seed", FT_OPT_U64, &seed, "S", "seed of the random token ids (default 1)"},
         {NULL, "--no-warmup", FT_OPT_FLAG, &no_warmup, NULL, "skip the warm-up run of each test"},
         {NULL, "--hw", FT_OPT_FLAG, &hw, NULL, "print the detected hardware (as ft info --hw) and exit"},
@@ -365,6 +366,7 @@ int ft_cmd_bench(int argc, char **argv) {
     if (bench_set_numa(numa, numa_node, &mp))
         return 2;
     mp.mmap = use_mmap;
+    ft_cli_f16_bf16("bench", f16_bf16);
     if (models.n == 0) {
         const char *d = ft_cli_default_model("bench");
         if (!d)

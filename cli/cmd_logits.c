@@ -30,7 +30,7 @@ int ft_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *tokens_arg = NULL;
     int top = 32, threads = 0, numa_node = -1;
     const char *numa = NULL;
-    bool use_mmap = false;
+    bool use_mmap = false, f16_bf16 = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: the default model)"},
         {NULL, "--tokens", FT_OPT_STR, &tokens_arg, "IDS", "token ids separated by spaces or commas"},
@@ -39,6 +39,7 @@ int ft_cmd_logits(int argc, char **argv) {
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
+        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
     };
     const struct ft_cmd_spec spec = {
         "logits", "ft logits -m MODEL.gguf --tokens \"1 2655 7767\" [--top K]",
@@ -62,6 +63,7 @@ int ft_cmd_logits(int argc, char **argv) {
     if (ft_cli_model_params("logits", threads, numa, numa_node, &mp))
         return 2;
     mp.mmap = use_mmap;
+    ft_cli_f16_bf16("logits", f16_bf16);
     if (!model && !(model = ft_cli_default_model("logits")))
         return 2;
 

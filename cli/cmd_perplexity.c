@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "common_model.h"
 #include "ft/common.h"
 #include "ft/model.h"
 #include "ft/perplexity.h"
@@ -130,6 +131,7 @@ static void on_chunk(void *ud, int32_t chunk, int32_t n_chunk, const struct ft_p
 int ft_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *kld_base = NULL, *save = NULL, *kld_file = NULL;
     int n_ctx = 0, n_batch = 0, threads = 0, chunks = 0;
+    bool f16_bf16 = false;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: the default model)"},
         {"-f", "--file", FT_OPT_STR, &text, "TEXT", "UTF-8 text to score (e.g. data/jargon-4.4.7-prose.txt)"},
@@ -144,6 +146,7 @@ int ft_cmd_perplexity(int argc, char **argv) {
          "save this model's log-probabilities for later --kld runs (llama.cpp's --kl-divergence-base format)"},
         {NULL, "--kld", FT_OPT_STR, &kld_file, "FILE",
          "compare with log-probabilities saved by --save-logits (the text and -c come from FILE)"},
+        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
     };
     const struct ft_cmd_spec spec = {
         "perplexity", "ft perplexity -m MODEL.gguf -f TEXT [-c 512] [--kld-base BASE.gguf | --save-logits FILE | --kld FILE]",
@@ -158,6 +161,7 @@ int ft_cmd_perplexity(int argc, char **argv) {
     int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
     if (r)
         return r > 0 ? 0 : 2;
+    ft_cli_f16_bf16("perplexity", f16_bf16);
     if (kld_base && kld_file) {
         fprintf(stderr, "ft perplexity: --kld-base and --kld are alternatives: give one\n");
         return 2;

@@ -58,7 +58,7 @@ int ft_cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
     int n_predict = 128, n_ctx_req = 0, threads = 0, n_batch = 512, numa_node = -1;
     const char *numa = NULL;
-    bool ignore_eos = false, no_metrics = false, use_mmap = false;
+    bool ignore_eos = false, no_metrics = false, use_mmap = false, f16_bf16 = false;
     uint64_t seed_u = 0;
     bool seed_set = false;
     struct ft_str_list stops = {0};
@@ -74,6 +74,7 @@ int ft_cmd_run(int argc, char **argv) {
         {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
         {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
         {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
+        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {NULL, "--temp", FT_OPT_FLOAT, &sp.temperature, "T", "temperature (default 0.8; 0 = greedy)"},
         {NULL, "--top-k", FT_OPT_INT, &sp.top_k, "K", "top-k sampling (default 40; 0 = off)"},
@@ -131,6 +132,7 @@ int ft_cmd_run(int argc, char **argv) {
     if (ft_cli_model_params("run", threads, numa, numa_node, &mp))
         return 2;
     mp.mmap = use_mmap;
+    ft_cli_f16_bf16("run", f16_bf16);
     if (n_ctx_req < 0) {
         fprintf(stderr, "ft run: -c must be positive (got %d)\n", n_ctx_req);
         return 2;

@@ -1,6 +1,8 @@
 /* Model-running helpers shared by ft run and ft logits. */
 #include "common_model.h"
+
 #include "ft/common.h"
+#include "ft/ops.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -8,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+void ft_cli_f16_bf16(const char *cmd, bool on) {
+    if (on && !ft_float_set_f16_via_bf16(true))
+        fprintf(stderr, "ft %s: warning: --f16-bf16 needs AMX-BF16, which this CPU lacks: F16 stays exact\n", cmd);
+}
 
 int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa_node,
                         struct ft_model_params *out) {

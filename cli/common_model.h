@@ -4,6 +4,7 @@
 
 #include "ft/model.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Threads and NUMA placement from the flags every model command takes:
@@ -21,6 +22,13 @@ int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa
 #define FT_CLI_HELP_MMAP \
     "read weights in place from the file mapping (no copy: faster start, shared page cache; " \
     "decode is slower without the copy's huge pages)"
+
+#define FT_CLI_HELP_F16_BF16 \
+    "F16 weights' prefill in bf16 on AMX-BF16 tiles (faster, but each product within 2^-7 of the exact one; " \
+    "docs/performance.md)"
+/* Apply --f16-bf16 when given: a warning (and nothing else) where the CPU
+ * has no AMX-BF16. */
+void ft_cli_f16_bf16(const char *cmd, bool on);
 
 /* Parse "1 2655 7767" (spaces or commas) into a malloc'd id array, each id
  * checked against n_vocab. Returns count or -1 (message printed). */

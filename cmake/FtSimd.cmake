@@ -46,9 +46,9 @@ function(ft_simd_sources out_sources out_defs)
     # AMX: avx512's flags and the tile instructions, in the one file that
     # runs them (the amx level; cpu_detect.c checks CPUID, XCR0 and the
     # kernel's permission before anything calls it).
-    set(amx ${root}/simd/x86/amx_qgemm.c)
+    set(amx ${root}/simd/x86/amx_qgemm.c ${root}/simd/x86/amx_float_gemm.c)
     set_source_files_properties(${amx} PROPERTIES COMPILE_OPTIONS
-      "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
+      "-mamx-tile;-mamx-int8;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
     list(APPEND srcs ${avx2} ${avx512} ${amx})
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")

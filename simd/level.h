@@ -51,6 +51,9 @@ const struct ft_level *ft_level_get(enum ft_isa isa);
  * (arch_prctl ARCH_REQ_XCOMP_PERM); asks once, true when granted. */
 bool ft_x86_amx_permit(void);
 
+/* ft_float_set_f16_via_bf16's setting (include/ft/ops.h). */
+bool ft_float_f16_via_bf16(void);
+
 /* The kernel files' fill functions: ft_<level>_<family>_fill. */
 void ft_avx2_quant_fill(struct ft_level *l);
 void ft_avx2_qgemm_fill(struct ft_level *l);
@@ -63,6 +66,7 @@ void ft_avx512_float_gemm_fill(struct ft_level *l);
 void ft_avx512_attn_fill(struct ft_level *l);
 void ft_avx512_ops_fill(struct ft_level *l);
 void ft_amx_qgemm_fill(struct ft_level *l);
+void ft_amx_float_gemm_fill(struct ft_level *l);
 void ft_neon_quant_fill(struct ft_level *l);
 void ft_neon_dotprod_quant_fill(struct ft_level *l);
 void ft_neon_dotprod_qgemm_fill(struct ft_level *l);

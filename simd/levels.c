@@ -13,6 +13,7 @@
 #include "kernels.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -50,11 +51,11 @@ static const struct ft_level_desc k_levels[] = {
      .runs = runs_avx512,
      .fill = {ft_avx512_quant_fill, ft_avx512_qgemm_fill, ft_avx512_float_gemm_fill, ft_avx512_attn_fill,
               ft_avx512_ops_fill}},
-    {.isa = FT_ISA_AMX, /* avx512's kernels, and AMX tiles for the GEMMs of prefill */
+    {.isa = FT_ISA_AMX, /* avx512's kernels; AMX int8 tiles for quantized prefill, BF16 for float */
      .base = FT_ISA_AVX512,
      .needs = "the avx512 level's features, AMX-TILE and AMX-INT8, and a kernel that grants the tile state (Linux 5.16+)",
      .runs = runs_amx,
-     .fill = {ft_amx_qgemm_fill}},
+     .fill = {ft_amx_qgemm_fill, ft_amx_float_gemm_fill}},
 #endif
 #ifdef FT_SIMD_ARM
     {.isa = FT_ISA_NEON, .base = FT_ISA_SCALAR, .needs = "aarch64 with ASIMD", .runs = runs_neon,
@@ -150,6 +151,18 @@ const struct ft_level *ft_level_get(enum ft_isa isa) {
     pthread_once(&g_once, build_all);
     return g_built[isa] ? &g_levels[isa] : NULL;
 }
+
+/* ---- options of the levels' kernels ------------------------------------------------- */
+
+static atomic_bool g_f16_via_bf16;
+
+bool ft_float_set_f16_via_bf16(bool on) {
+    const bool can = ft_cpu_info()->amx_bf16 && ft_isa_supported(FT_ISA_AMX);
+    atomic_store(&g_f16_via_bf16, on && can);
+    return !on || can;
+}
+
+bool ft_float_f16_via_bf16(void) { return atomic_load_explicit(&g_f16_via_bf16, memory_order_relaxed); }
 
 /* ---- the tables' public accessors (include/ft/types.h, ops.h, qgemm.h) ---------------- */
 

@@ -196,6 +196,13 @@ struct ft_float_kernels {
     void (*geglu)(float *y, const float *g, const float *u, int64_t n);
 };
 
+/* F16 weights' prefill GEMM in bf16 on the amx level's AMX-BF16 tiles
+ * (`--f16-bf16`): weights and activations rounded to bf16, products and
+ * sums in f32, each product within 2^-7 relative of the F16 contract's.
+ * Off by default: it changes the numbers. Set it before any forward pass.
+ * False when asked for on a CPU without AMX-BF16 (nothing changes). */
+bool ft_float_set_f16_via_bf16(bool on);
+
 /* The table of the level in use (ft_cpu_isa()); never NULL. */
 const struct ft_float_kernels *ft_float_kernels(void);
 /* The table of one level; NULL when this CPU or build cannot run it. */

@@ -21,11 +21,12 @@
  * whose tiles are the same.
  *
  * Linux hands out the tile state only on request (cpu_detect.c asks,
- * ft_x86_amx_permit); each thread configures its tiles once per sub-block
- * size (_tile_loadconfig is per thread and survives context switches).
+ * ft_x86_amx_permit); a thread loads a tile configuration only when it
+ * differs from its current one (amx_common.h).
  */
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
+#include "simd/x86/amx_common.h"
 
 #include <immintrin.h>
 
@@ -36,26 +37,17 @@
  * number of tokens; the float work is per token present). */
 #define MIN_TOKENS 4
 
-/* The tile configuration of palette 1 (Intel SDM, LDTILECFG). */
-struct tilecfg {
-    uint8_t palette;
-    uint8_t start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-};
-
-/* Sub-block size this thread's tiles are configured for; 0: none yet. */
-static _Thread_local int t_tiles_g;
+_Thread_local int ft_amx_cfg_id;
 
 /* Two sets of tiles, so the tile unit works on one sub-block while the
  * vector units scale the sums of the one before: set 0 is tmm0 (C, 16
  * tokens x 16 int32), tmm1 (A, 16 tokens x G bytes), tmm2 (B, G/4 groups
- * x 16 rows x 4 bytes); set 1 is tmm3..tmm5 likewise. */
+ * x 16 rows x 4 bytes); set 1 is tmm3..tmm5 likewise. The configuration's
+ * id is G. */
 static inline void configure(int G) {
-    if (t_tiles_g == G)
+    if (ft_amx_cfg_id == G)
         return;
-    struct tilecfg c;
+    struct ft_amx_cfg c;
     memset(&c, 0, sizeof(c));
     c.palette = 1;
     for (int set = 0; set < 2; set++) {
@@ -66,10 +58,7 @@ static inline void configure(int G) {
         c.rows[3 * set + 2] = (uint8_t)(G / 4);
         c.colsb[3 * set + 2] = 4 * TR;
     }
-    /* not _tile_loadconfig: GCC 12's declares a pointer-sized memory
-     * operand, so the stores to the rest of the struct are dropped */
-    __asm__ volatile("ldtilecfg %0" : : "m"(c));
-    t_tiles_g = G;
+    ft_amx_load(&c, G);
 }
 
 static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }

@@ -69,8 +69,11 @@ static void *alloc_odd(size_t bytes, void **base) {
 
 static double g_gemm_worst[FT_ISA_COUNT]; /* max error / tolerance */
 
-static void test_gemm_case(enum ft_isa isa, const struct ft_float_kernels *fk, enum ft_type wt, int64_t m, int64_t k,
-                           int64_t n, float scale) {
+/* rel_tol: the error allowed, relative to sum |a * w| of the output (1e-5:
+ * only the order of f32 additions differs). Returns the largest |error|
+ * seen relative to that sum. */
+static double test_gemm_case_tol(enum ft_isa isa, const struct ft_float_kernels *fk, enum ft_type wt, int64_t m,
+                                 int64_t k, int64_t n, float scale, double rel_tol) {
     const struct ft_type_info *ti = ft_type_traits_ref(wt);
     const enum ft_type vdt = ti->vec_dot_type;
     const size_t w_row = ft_row_size(wt, k);
@@ -114,6 +117,7 @@ static void test_gemm_case(enum ft_isa isa, const struct ft_float_kernels *fk, e
     const struct ft_type_info *vi = ft_type_traits_ref(vdt);
     float *af = malloc(sizeof(float) * (size_t)k);
     int bad = 0;
+    double worst_rel = 0.0;
     for (int64_t i = 0; i < m; i++) {
         vi->to_float(ac + (size_t)i * a_row, af, k);
         for (int64_t r = 0; r < n; r++) {
@@ -128,8 +132,10 @@ static void test_gemm_case(enum ft_isa isa, const struct ft_float_kernels *fk, e
             double mag = 0.0;
             for (int64_t j = 0; j < k; j++)
                 mag += fabs((double)af[j] * (double)wf[j]);
-            const double tol = 1e-5 * mag + 1e-30;
+            const double tol = rel_tol * mag + 1e-30;
             const double err = fabs((double)got - (double)ref[i * n + r]);
+            if (mag > 0 && err / mag > worst_rel)
+                worst_rel = err / mag;
             if (err / tol > g_gemm_worst[isa])
                 g_gemm_worst[isa] = err / tol;
             if (!(err <= tol) && bad++ < 3)
@@ -147,6 +153,40 @@ static void test_gemm_case(enum ft_isa isa, const struct ft_float_kernels *fk, e
     free(ac);
     free(ref);
     free(af);
+    return worst_rel;
+}
+
+static void test_gemm_case(enum ft_isa isa, const struct ft_float_kernels *fk, enum ft_type wt, int64_t m, int64_t k,
+                           int64_t n, float scale) {
+    test_gemm_case_tol(isa, fk, wt, m, k, n, scale, 1e-5);
+}
+
+/* --f16-bf16 (ft_float_set_f16_via_bf16): F16 weights through AMX-BF16,
+ * each product within 2^-7 of the F16 contract's (each operand rounded to
+ * bf16 is within 2^-8 of itself) -- and measurably not
+ * the exact path (its error above the 1e-5 of the order of additions). */
+static void test_f16_via_bf16(void) {
+    if (!ft_isa_supported(FT_ISA_AMX) || !ft_cpu_info()->amx_bf16) {
+        CHECK(!ft_float_set_f16_via_bf16(true) || !ft_isa_supported(FT_ISA_AMX));
+        printf("SKIP --f16-bf16: no AMX-BF16 here\n");
+        return;
+    }
+    CHECK(ft_float_set_f16_via_bf16(true));
+    const struct ft_float_kernels *fk = ft_float_kernels_isa(FT_ISA_AMX);
+    double worst = 0.0;
+    static const int64_t ms[] = {16, 40, 100};
+    static const int64_t ks[] = {33, 300, 1030};
+    for (size_t mi = 0; mi < FT_ARRAY_LEN(ms); mi++)
+        for (size_t ki = 0; ki < FT_ARRAY_LEN(ks); ki++) {
+            const double w = test_gemm_case_tol(FT_ISA_AMX, fk, FT_TYPE_F16, ms[mi], ks[ki], 70, 1.0f, 1.0 / 128);
+            worst = w > worst ? w : worst;
+        }
+    CHECKF(worst > 1e-5, "--f16-bf16: error %.3g, as small as the exact path's: not taken?", worst);
+    /* small batches stay on the exact path */
+    CHECK(test_gemm_case_tol(FT_ISA_AMX, fk, FT_TYPE_F16, 7, 300, 70, 1.0f, 1e-5) <= 1e-5);
+    CHECK(ft_float_set_f16_via_bf16(false));
+    CHECK(test_gemm_case_tol(FT_ISA_AMX, fk, FT_TYPE_F16, 40, 300, 70, 1.0f, 1e-5) <= 1e-5);
+    printf("--f16-bf16: worst error %.2e of sum|a*w| (allowed 2^-7 = 7.8e-3)\n", worst);
 }
 
 static void test_gemm(enum ft_isa isa, const struct ft_float_kernels *fk) {
@@ -437,5 +477,7 @@ int main(void) {
         printf("avx512 with vdpbf16ps GEMM %s\n", ft_test_failures == before ? "ok" : "FAILED");
     }
 #endif
+    if (only < 0 || only == FT_ISA_AMX)
+        test_f16_via_bf16();
     return ft_test_finish("test_float_kernels");
 }
