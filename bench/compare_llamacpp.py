@@ -34,7 +34,8 @@ llama.cpp, interleaved with the others, so a level slower than a lower
 one shows in the same table; "all" is every SIMD level this CPU runs.
 
 usage: bench/compare_llamacpp.py -m MODEL.gguf [-m ...] [-t 2] [-p 512] [-n 128] [-r 5]
-                                 [--isa LIST|all] [--ft build/ft] [--cache DIR] [--json-out FILE]
+                                 [--isa LIST|all] [--llamacpp-cpu VARIANT] [--ft build/ft] [--cache DIR]
+                                 [--json-out FILE]
 """
 import argparse
 import datetime
@@ -215,6 +216,9 @@ def main():
     ap.add_argument("-r", "--repetitions", type=int, default=5, help="interleaved runs per engine (default 5)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the random token ids (both engines)")
     ap.add_argument("--isa", help="FreeToken kernel levels, comma-separated or 'all': a column per level")
+    ap.add_argument("--llamacpp-cpu", metavar="VARIANT",
+                    help="load only this CPU backend of the prebuilt llama.cpp (e.g. haswell for AVX2, "
+                         "next to --isa avx2), instead of the best one for this CPU")
     ap.add_argument("--ft", default=os.environ.get("FT_BIN", str(ROOT / "build" / "ft")), help="the ft binary")
     ap.add_argument("--cache", default=os.environ.get("FT_BENCH_CACHE",
                                                       str(pathlib.Path.home() / ".cache" / "freetoken-bench")),
@@ -246,8 +250,24 @@ def main():
         engines = [Engine("FT", "FreeToken", [str(ft_bin), "bench"])]
     n_ft = len(engines)
     exe = compile_bench(nlc_bins, nlc_inc, cache)
-    engines.append(Engine("llama.cpp", f"llama.cpp: node-llama-cpp {nlc_version} prebuilt ({nlc_bins})",
-                          [str(exe), "--backend-dir", str(nlc_bins)]))
+    backend_dir = nlc_bins
+    if a.llamacpp_cpu:
+        # a directory with the shared libraries and this one CPU variant, so
+        # ggml_backend_load_all_from_path has only it to choose
+        lib = nlc_bins / f"libggml-cpu-{a.llamacpp_cpu}.so"
+        if not lib.exists():
+            have = sorted(p.name[len("libggml-cpu-"):-3] for p in nlc_bins.glob("libggml-cpu-*.so"))
+            die(f"--llamacpp-cpu {a.llamacpp_cpu}: no such variant (have: {', '.join(have)})")
+        backend_dir = cache / f"llamacpp-cpu-{a.llamacpp_cpu}"
+        backend_dir.mkdir(exist_ok=True)
+        for p in nlc_bins.iterdir():
+            if p.name.startswith("libggml-cpu-") and p != lib:
+                continue
+            dst = backend_dir / p.name
+            if not dst.exists():
+                dst.symlink_to(p)
+    engines.append(Engine("llama.cpp", f"llama.cpp: node-llama-cpp {nlc_version} prebuilt ({backend_dir})",
+                          [str(exe), "--backend-dir", str(backend_dir)]))
     extra = os.environ.get("LLAMA_CPP_LIB_DIR")
     if extra:
         libdir = pathlib.Path(extra).resolve()
