@@ -39,6 +39,7 @@
 #include "responses.h"
 #include "sse.h"
 #include "tokenize.h"
+#include "webui.h"
 
 #include "ft/clock.h"
 #include "ft/common.h"
@@ -982,6 +983,14 @@ static void handle_recent(struct srv *s, struct ft_conn *c, const struct ft_http
     free(json);
 }
 
+/* The web UI's pages and assets (http/webui.h). */
+static void handle_webui(struct srv *s, struct ft_conn *c, const struct ft_http_request *req) {
+    struct ft_webui_reply w;
+    ft_webui_respond(req, &w);
+    record(s, ft_conn_remote(c), req_method(req), req_path(req), "other", w.status, NULL, NULL, NULL, NULL);
+    ft_conn_reply(c, w.status, w.content_type, w.headers, w.n_headers, w.body, w.len);
+}
+
 /* POST /apply-template (llama-server's): the prompt a chat request would
  * run, {"prompt": "..."}, without generating: the body is a chat
  * completions request, validated the same way. */
@@ -1099,6 +1108,11 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     const char *path = req->path;
     /* HEAD is GET without the body (the connection leaves it out). */
     const enum ft_http_method method = req->method == FT_HTTP_HEAD ? FT_HTTP_GET : req->method;
+    /* Served without the key: http/webui.h says why. */
+    if (!s->cfg->no_webui && ft_webui_handles(path)) {
+        handle_webui(s, c, req);
+        return;
+    }
     const struct route *route = NULL;
     bool path_known = false;
     for (size_t i = 0; i < FT_ARRAY_LEN(k_routes); i++) {

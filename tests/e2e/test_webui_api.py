@@ -1,7 +1,11 @@
-"""GET /v1/requests/recent, the ring of the last requests' metrics: its
-shape, order, `limit` and `since`, its bound (256 entries however many
-requests finish), the same numbers as the responses' own metrics, hostile
-queries refused, behind --api-key."""
+"""The web UI's server side over plain HTTP: the pages and their headers
+(Content-Type, ETag and 304, Cache-Control, Content-Security-Policy),
+--no-webui (404), --api-key (pages public, data behind the key), and GET
+/v1/requests/recent, the ring of the last requests' metrics the live view
+polls: its shape, order, `limit` and `since`, its bound (256 entries
+however many requests finish), the same numbers as the responses' own
+metrics, hostile queries refused. No browser here: tests/e2e/test_webui.py
+drives one."""
 import http.client
 import json
 
@@ -9,6 +13,8 @@ import pytest
 
 from test_serve import METRIC_FIELDS, Server, tiny_model
 
+PAGES = {"/": "text/html; charset=utf-8", "/dashboard": "text/html; charset=utf-8",
+         "/webui/app.css": "text/css; charset=utf-8", "/webui/app.js": "text/javascript; charset=utf-8"}
 CAPACITY = 256
 
 
@@ -24,15 +30,73 @@ def recent(s, query="", headers=None):
     return st, json.loads(body)
 
 
+def test_pages(srv):
+    total = 0
+    for path, ctype in PAGES.items():
+        st, h, body = srv.request("GET", path)
+        assert st == 200, path
+        assert h["Content-Type"] == ctype
+        assert int(h["Content-Length"]) == len(body) > 100
+        assert h["Cache-Control"] == "no-cache"
+        assert h["X-Content-Type-Options"] == "nosniff"
+        csp = h["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "connect-src 'self'" in csp and "unsafe" not in csp
+        etag = h["ETag"]
+        assert etag.startswith('"') and etag.endswith('"')
+        total += len(body)
+        # HEAD: the same head, no body.
+        st, hh, hb = srv.request("HEAD", path)
+        assert st == 200 and hb == b"" and hh["ETag"] == etag and hh["Content-Length"] == h["Content-Length"]
+        # Revalidation: 304 with the tag and no body while it matches.
+        st, h304, b304 = srv.request("GET", path, headers={"If-None-Match": etag})
+        assert st == 304 and b304 == b"" and h304["ETag"] == etag and "Content-Length" not in h304
+        st, _, _ = srv.request("GET", path, headers={"If-None-Match": f'W/"other", {etag}'})
+        assert st == 304
+        st, _, b = srv.request("GET", path, headers={"If-None-Match": '"0000000000000000"'})
+        assert st == 200 and b == body
+    assert total < 64 * 1024  # README states the size
+    st, h, body = srv.request("POST", "/", body="{}")
+    assert st == 405 and h["Allow"] == "GET, HEAD"
+    assert json.loads(body)["error"]["code"] == "method_not_allowed"
+    # Paths near the pages are not pages.
+    for path in ("/index.html", "/dashboard/", "/webui/", "/webui/app.js.map", "/favicon.ico"):
+        assert srv.request("GET", path)[0] == 404, path
+
+
+def test_no_webui():
+    s = Server(tiny_model(), "-c", "256", "--no-webui")
+    try:
+        for path in PAGES:
+            st, _, body = s.request("GET", path)
+            assert st == 404, path
+            assert json.loads(body)["error"]["code"] == "unknown_url"
+        assert s.request("POST", "/", body="{}")[0] == 404
+        # The API stays, the ring included.
+        assert s.request("GET", "/v1/models")[0] == 200
+        st, r = recent(s)
+        assert st == 200 and r["data"] == []
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
+def test_help_lists_no_webui(ft):
+    r = ft("serve", "--help")
+    assert r.returncode == 0 and b"--no-webui" in r.stdout and b"/dashboard" in r.stdout
+
+
 def test_api_key():
+    """Pages public (same bytes for everyone, no data); the API behind the key, the ring too."""
     s = Server(tiny_model(), "-c", "256", "--api-key", "k1")
     try:
+        for path in PAGES:
+            assert s.request("GET", path)[0] == 200, path
         for h in (None, {"Authorization": "Bearer nope"}, {"Authorization": "k1"}):
             st, hdrs, body = s.request("GET", "/v1/requests/recent", headers=h)
             assert st == 401 and hdrs["WWW-Authenticate"] == "Bearer", h
             assert json.loads(body)["error"]["code"] == "invalid_api_key"
         st, r = recent(s, headers={"Authorization": "Bearer k1"})
         assert st == 200 and r["object"] == "list"
+        assert s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})[0] == 401
     finally:
         assert s.stop() == 0, s.stderr()
 
