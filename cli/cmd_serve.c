@@ -90,7 +90,8 @@ int ft_cmd_serve(int argc, char **argv) {
     int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
         max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
         max_conns = 4096;
-    bool metrics = false, no_prefix_cache = false, use_mmap = false, f16_bf16 = false, log_prompts = false, special_in_messages = false;
+    bool metrics = false, no_prefix_cache = false, use_mmap = false, f16_bf16 = false, log_prompts = false,
+         special_in_messages = false, no_webui = false;
     struct ft_str_list keys = {0}, cors = {0};
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
@@ -125,6 +126,8 @@ int ft_cmd_serve(int argc, char **argv) {
          "accepted keys, one per line ('#' starts a comment); adds to --api-key"},
         {NULL, "--cors-origin", FT_OPT_STR_LIST, &cors, "ORIGIN",
          "let browser pages from ORIGIN (https://host[:port], or * for any) call the API; repeatable (default: none)"},
+        {NULL, "--no-webui", FT_OPT_FLAG, &no_webui, NULL,
+         "serve no web UI (the chat page at / and the live view at /dashboard; the API stays)"},
         {NULL, "--special-tokens-in-messages", FT_OPT_FLAG, &special_in_messages, NULL,
          "let message text become control tokens, as llama-server and vLLM do (default: only the chat "
          "template writes them, so a message cannot forge a turn)"},
@@ -159,7 +162,8 @@ int ft_cmd_serve(int argc, char **argv) {
         "serve", "ft serve [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-t N] [-c CTX] [options]",
         "Serves the model over an OpenAI-compatible HTTP API: POST /v1/chat/completions,\n"
         "POST /v1/completions, GET /v1/models, GET /health (readiness), GET /livez (liveness),\n"
-        "GET /metrics (Prometheus).\n"
+        "GET /metrics (Prometheus), GET /v1/requests/recent (the last requests' metrics).\n"
+        "A browser at http://HOST:PORT/ gets a chat page; /dashboard shows requests live (--no-webui: off).\n"
         "With --enable-performance-metrics (or \"performance_metrics\": true in a request) each\n"
         "response carries engine-measured TTFT, prefill and decode speed. One access-log line per\n"
         "request goes to stdout; SIGINT or SIGTERM stops the server.",
@@ -309,6 +313,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .n_api_keys = ks.n,
         .cors_origins = cors.items,
         .n_cors_origins = cors.n,
+        .no_webui = no_webui,
         .log_prompts = log_prompts,
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,

@@ -313,8 +313,11 @@ void ft_conn_reply(struct ft_conn *c, int status, const char *content_type, cons
         c->close_after = true;
     char framing[64];
     snprintf(framing, sizeof(framing), "Content-Length: %zu", len);
-    write_head(c, status, content_type, extra, n_extra, framing);
-    if (len && c->req.method != FT_HTTP_HEAD)
+    /* RFC 9110 §8.6: no Content-Length on a 204; on a 304 it would have to
+     * be the length of the 200's body, which is not known here. */
+    const bool bodiless = status == 204 || status == 304;
+    write_head(c, status, content_type, extra, n_extra, bodiless ? NULL : framing);
+    if (len && !bodiless && c->req.method != FT_HTTP_HEAD)
         evbuffer_add(bufferevent_get_output(c->bev), body, len);
     end_request(c);
 }

