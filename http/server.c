@@ -817,12 +817,8 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         srv_req_free(r);
         return;
     }
-    if (r->api.n > FT_MIN(b->n_parallel, FT_MAX_CHOICES)) {
-        char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "'n' is %d but this server generates at most %d sequences at once (-np %d): each choice needs one",
-                 (int)r->api.n, (int)FT_MIN(b->n_parallel, FT_MAX_CHOICES), (int)b->n_parallel);
-        reply_error(s, conn, req, endpoint, 400, msg, "n", NULL);
+    if (ft_backend_engine_request(b, &r->api, next_random(s), &r->er, &r->prompt, &err)) {
+        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
         return;
     }
@@ -831,19 +827,6 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
         oom = !(r->choices[i].text = evbuffer_new());
     if (oom) {
         reply_error(s, conn, req, endpoint, 500, "out of memory", NULL, NULL);
-        srv_req_free(r);
-        return;
-    }
-    /* logit_bias text keys need the tokenizer; forced or strict tool calls
-     * the template's format */
-    if (ft_api_logit_bias_resolve(&r->api, b->tok, &err) ||
-        (ep == FT_API_CHAT && ft_api_tools_grammar(&r->api, b->tool_caps.format, &err))) {
-        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
-        srv_req_free(r);
-        return;
-    }
-    if (ft_backend_prompt(b, &r->api, &r->prompt, &r->er.n_prompt, &err)) {
-        reply_error(s, conn, req, endpoint, err.status, err.message, err.param, err.code);
         srv_req_free(r);
         return;
     }
@@ -857,32 +840,7 @@ static void handle_generate(struct srv *s, struct ft_conn *conn, const struct ft
     }
     r->tools = ep == FT_API_CHAT && ft_chat_tools_active(&r->api);
     ft_tool_stream_init(&r->ts, b->tool_caps.format);
-    if (r->tools && (r->api.n > 1 || r->api.logprobs)) {
-        /* Tool calls are parsed from one answer, and their chunks carry no
-         * log-probabilities: refused rather than dropped. */
-        reply_error(s, conn, req, endpoint, 400,
-                    r->api.n > 1 ? "'n' greater than 1 is not supported together with 'tools'"
-                                 : "'logprobs' is not supported together with 'tools'",
-                    r->api.n > 1 ? "n" : "logprobs", NULL);
-        srv_req_free(r);
-        return;
-    }
-    r->er.prompt = r->prompt;
     r->er.user = r;
-    r->er.params.sampling = r->api.sampling;
-    if (!r->api.seed_set)
-        r->er.params.sampling.seed = next_random(s);
-    r->er.params.max_tokens = r->api.max_tokens;
-    r->er.params.ignore_eos = r->api.ignore_eos;
-    r->er.params.stops = (const char *const *)r->api.stops;
-    r->er.params.n_stops = r->api.n_stops;
-    r->er.params.logprobs = r->api.logprobs;
-    r->er.params.top_logprobs = r->api.top_logprobs;
-    r->er.n_choices = r->api.n;
-    r->er.params.grammar = r->api.grammar;
-    r->er.params.grammar_trigger = r->api.grammar_trigger;
-    r->er.params.grammar_trigger_at_start = r->api.grammar_trigger_at_start;
-    r->er.params.min_tokens = r->api.min_tokens;
     r->want_metrics = r->api.performance_metrics >= 0 ? r->api.performance_metrics == 1 : s->cfg->metrics_default;
     snprintf(r->id, sizeof(r->id), "%s%016llx", ep == FT_API_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)next_random(s));
