@@ -3,7 +3,8 @@
  * request path). A chat or completions request is parsed and becomes the
  * engine's request in ft_backend_engine_request() (http/backend.c);
  * POST /v1/embeddings (http/embeddings.c) takes the same way through the
- * scheduler. The routes that lead here, and the loop, are http/server.c.
+ * scheduler. The routes that lead here, and the loop, are http/server.c;
+ * the answer's chunks and bodies are http/completion.c.
  *
  * Threads and ownership:
  *  - The loop thread owns every struct ft_generation; it alone frees them.
@@ -21,10 +22,10 @@
 #include "generation.h"
 
 #include "backend.h"
+#include "completion.h"
 #include "conn.h"
 #include "embeddings.h"
 #include "errors.h"
-#include "logprobs_json.h"
 #include "otlp.h"
 #include "prometheus.h"
 #include "request_ring.h"
@@ -158,105 +159,6 @@ void ft_generation_on_gone(void *ud, void *active) {
     atomic_store(&r->er.cancel, true);
 }
 
-/* The logprobs of choice c's tokens not yet answered, as JSON (NULL
- * without logprobs); they count as answered. */
-static cJSON *take_logprobs(struct ft_generation *r, int32_t c) {
-    struct ft_generation_choice *ch = &r->choices[c];
-    if (!r->api.logprobs || (r->api.stream && !ch->n_lp))
-        return NULL; /* a streamed chunk without tokens has "logprobs": null */
-    cJSON *j = ft_logprobs_json(r->ctx.endpoint, r->srv->backend->tok, ch->lp, ch->n_lp, r->api.tokens_as_ids,
-                                &ch->text_offset);
-    if (!j)
-        r->oom = true;
-    ch->n_lp = 0;
-    return j;
-}
-
-static void push_logprob(struct ft_generation *r, struct ft_generation_choice *ch, const struct ft_token_logprob *lp) {
-    if (ch->n_lp == ch->cap_lp) {
-        const int32_t cap = ch->cap_lp ? ch->cap_lp * 2 : 16;
-        struct ft_token_logprob *p = realloc(ch->lp, sizeof(*p) * (size_t)cap);
-        if (!p) {
-            r->oom = true;
-            return;
-        }
-        ch->lp = p;
-        ch->cap_lp = cap;
-    }
-    ch->lp[ch->n_lp++] = *lp;
-}
-
-/* Streaming: choice c's chunk with its finish_reason, once. */
-static void send_finish(struct ft_generation *r, int32_t c, enum ft_finish_reason finish) {
-    if (!r->conn || r->choices[c].finished)
-        return;
-    r->choices[c].finished = true;
-    char *chunk = ft_resp_chunk_finish(&r->ctx, c, finish, take_logprobs(r, c));
-    ft_sse_send(r->conn, chunk);
-    free(chunk);
-}
-
-/* A piece of choice c's text; a streamed chunk carries the logprobs of the
- * tokens sampled since the last one (a token whose text is held back, as
- * part of a UTF-8 character or of a possible stop string, goes with the
- * chunk that releases text after it, or with the finish chunk). A choice's
- * finish chunk goes out as soon as it ends, while the others go on. */
-static void send_piece(struct ft_generation *r, int32_t c, const char *text, size_t len,
-                       const struct ft_token_logprob *lp, enum ft_finish_reason finish) {
-    if (c < 0 || c >= r->api.n)
-        return;
-    struct ft_generation_choice *ch = &r->choices[c];
-    if (lp && r->api.logprobs)
-        push_logprob(r, ch, lp);
-    if (!r->api.stream) {
-        evbuffer_add(ch->text, text, len);
-        return;
-    }
-    if (r->tools) {
-        /* Content goes out as it comes; what may be a call waits for the
-         * end (finish_tools() sends it and the finish chunk). */
-        char *content = NULL;
-        if (ft_tool_stream_feed(&r->ts, text, len, &content)) {
-            r->oom = true;
-            return;
-        }
-        if (r->conn && *content) {
-            char *chunk = ft_resp_chunk_text(&r->ctx, c, content, strlen(content), take_logprobs(r, c));
-            ft_sse_send(r->conn, chunk); /* on failure ft_generation_on_gone has run */
-            free(chunk);
-        }
-        free(content);
-        return;
-    }
-    if (r->conn && len) {
-        char *chunk = ft_resp_chunk_text(&r->ctx, c, text, len, take_logprobs(r, c));
-        ft_sse_send(r->conn, chunk); /* on failure ft_generation_on_gone has run */
-        free(chunk);
-    }
-    if (finish == FT_FINISH_STOP || finish == FT_FINISH_LENGTH)
-        send_finish(r, c, finish);
-}
-
-/* The non-streaming body: every choice's text, finish reason and logprobs. */
-static char *completion_body(struct ft_generation *r, const struct ft_request_metrics *m,
-                             const struct ft_request_metrics *metrics) {
-    struct ft_resp_choice *cs = calloc((size_t)r->api.n, sizeof(*cs));
-    if (!cs)
-        return NULL;
-    for (int32_t i = 0; i < r->api.n; i++) {
-        const size_t len = evbuffer_get_length(r->choices[i].text);
-        evbuffer_add(r->choices[i].text, "", 1);
-        const char *t = (const char *)evbuffer_pullup(r->choices[i].text, -1);
-        cs[i] = (struct ft_resp_choice){t ? t : "", t ? len : 0, r->er.choice_finish[i], take_logprobs(r, i)};
-    }
-    char *body = r->oom ? NULL : ft_resp_completion(&r->ctx, cs, r->api.n, m, metrics);
-    if (r->oom)
-        for (int32_t i = 0; i < r->api.n; i++)
-            cJSON_Delete(cs[i].logprobs);
-    free(cs);
-    return body;
-}
-
 /* The request's span for the trace exporter (http/otlp.h). */
 static void submit_span(struct ft_server *s, const struct ft_generation *r, int status, const char *finish) {
     const struct ft_request_metrics *m = &r->er.metrics;
@@ -314,103 +216,6 @@ static const char *prompt_for_log(const struct ft_api_request *api, char *buf, s
     return buf;
 }
 
-/* Ids for the calls of one answer: "call_" and 24 letters or digits, as
- * OpenAI's look; the mistral format's own 9-character ids when the model
- * wrote them (Mistral's templates accept nothing else in the history), else
- * 9 new ones. */
-static void make_call_ids(struct ft_server *s, const struct ft_tool_parse *p, char (*ids)[32]) {
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    const bool mistral = s->backend->tool_caps.format == FT_TOOL_FORMAT_MISTRAL;
-    for (size_t i = 0; i < p->n_calls; i++) {
-        const char *own = p->calls[i].id;
-        if (mistral && own && strlen(own) == 9 && strspn(own, alnum) == 9) {
-            memcpy(ids[i], own, 10);
-            continue;
-        }
-        size_t k = 0, n = mistral ? 9 : 24;
-        if (!mistral) {
-            memcpy(ids[i], "call_", 5);
-            k = 5;
-        }
-        for (size_t j = 0; j < n; j++)
-            ids[i][k++] = alnum[ft_server_random(s) % (sizeof(alnum) - 1)];
-        ids[i][k] = '\0';
-    }
-}
-
-/* The end of an answer with tools: parse (non-streaming: the whole text;
- * streaming: what the stream held back) and send the calls. Returns the
- * finish reason for the log, or NULL on allocation failure. */
-static const char *finish_tools(struct ft_server *s, struct ft_generation *r, const struct ft_request_metrics *usage,
-                                const struct ft_request_metrics *metrics) {
-    const char *const *names = (const char *const *)r->api.tool_names;
-    const size_t max_calls = r->api.parallel_tool_calls ? 0 : 1;
-    struct ft_tool_parse p;
-    int rc;
-    if (r->api.stream) {
-        rc = ft_tool_stream_finish(&r->ts, names, (size_t)r->api.n_tools, max_calls, &p);
-    } else {
-        struct evbuffer *tb = r->choices[0].text;
-        const size_t tl = evbuffer_get_length(tb);
-        evbuffer_add(tb, "", 1);
-        const char *text = (const char *)evbuffer_pullup(tb, -1);
-        rc = text ? ft_tool_calls_parse(s->backend->tool_caps.format, text, tl, names, (size_t)r->api.n_tools,
-                                        max_calls, &p)
-                  : FT_ENOMEM;
-    }
-    if (rc)
-        return NULL;
-    char (*ids)[32] = p.n_calls ? calloc(p.n_calls, sizeof(*ids)) : NULL;
-    const char **idp = p.n_calls ? calloc(p.n_calls, sizeof(*idp)) : NULL;
-    if (p.n_calls && (!ids || !idp)) {
-        free(ids);
-        free(idp);
-        ft_tool_parse_free(&p);
-        return NULL;
-    }
-    make_call_ids(s, &p, ids);
-    for (size_t i = 0; i < p.n_calls; i++)
-        idp[i] = ids[i];
-    const enum ft_finish_reason finish = r->er.finish;
-    const char *reason = p.n_calls ? "tool_calls" : ft_resp_finish_reason(finish);
-    if (r->api.stream) {
-        if (p.content[0]) {
-            char *c = ft_resp_chunk_text(&r->ctx, 0, p.content, strlen(p.content), NULL);
-            if (r->conn && c)
-                ft_sse_send(r->conn, c);
-            free(c);
-        }
-        for (size_t i = 0; i < p.n_calls && r->conn; i++) {
-            char *c = ft_resp_chunk_tool_call(&r->ctx, (int)i, idp[i], p.calls[i].name, "");
-            if (r->conn && c)
-                ft_sse_send(r->conn, c);
-            free(c);
-            c = ft_resp_chunk_tool_call(&r->ctx, (int)i, NULL, NULL, p.calls[i].arguments);
-            if (r->conn && c)
-                ft_sse_send(r->conn, c);
-            free(c);
-        }
-        char *c = p.n_calls ? ft_resp_chunk_finish_tools(&r->ctx) : ft_resp_chunk_finish(&r->ctx, 0, finish, NULL);
-        if (r->conn && c)
-            ft_sse_send(r->conn, c);
-        free(c);
-    } else if (r->conn) {
-        /* The generic format's {"response": ...} comes back as the content. */
-        const struct ft_resp_choice content = {p.content, strlen(p.content), finish, NULL};
-        char *body = p.n_calls ? ft_resp_completion_tools(&r->ctx, &p, idp, usage, metrics)
-                               : ft_resp_completion(&r->ctx, &content, 1, usage, metrics);
-        if (!body)
-            reason = NULL;
-        else
-            ft_conn_reply(r->conn, 200, "application/json", NULL, 0, body, strlen(body));
-        free(body);
-    }
-    free(ids);
-    free(idp);
-    ft_tool_parse_free(&p);
-    return reason;
-}
-
 static void finish_request(struct ft_server *s, struct ft_generation *r) {
     struct ft_request *er = &r->er;
     if (r->embd && er->finish == FT_FINISH_STOP && !ft_embd_finite(r->embd)) {
@@ -439,7 +244,7 @@ static void finish_request(struct ft_server *s, struct ft_generation *r) {
             free(body);
         } else {
             if (r->tools) {
-                if (!(tool_finish = finish_tools(s, r, m, metrics))) {
+                if (!(tool_finish = ft_completion_tools(r, m, metrics))) {
                     char *body = ft_http_error_body(500, "out of memory", NULL, NULL);
                     if (r->conn && body)
                         ft_sse_send(r->conn, body);
@@ -447,7 +252,7 @@ static void finish_request(struct ft_server *s, struct ft_generation *r) {
                 }
             } else {
                 for (int32_t i = 0; i < r->api.n; i++) /* those not sent with their last piece */
-                    send_finish(r, i, er->choice_finish[i]);
+                    ft_completion_finish_choice(r, i, er->choice_finish[i]);
             }
             if (r->conn && (r->api.include_usage || metrics)) {
                 char *c;
@@ -466,7 +271,7 @@ static void finish_request(struct ft_server *s, struct ft_generation *r) {
             ft_conn_reply(r->conn, status, "application/json", NULL, 0, out, strlen(out));
             free(body);
         } else if (r->tools) {
-            if (!(tool_finish = finish_tools(s, r, m, metrics))) {
+            if (!(tool_finish = ft_completion_tools(r, m, metrics))) {
                 status = 500;
                 error = "out of memory";
                 char *body = ft_http_error_body(status, error, NULL, NULL);
@@ -475,7 +280,7 @@ static void finish_request(struct ft_server *s, struct ft_generation *r) {
             }
         } else {
             char *body = r->embd ? ft_embd_response(r->embd, s->model_id, m, r->want_metrics)
-                                 : completion_body(r, m, metrics);
+                                 : ft_completion_body(r, m, metrics);
             if (!body) {
                 status = 500;
                 error = "out of memory";
@@ -527,8 +332,8 @@ void ft_generation_on_wake(evutil_socket_t fd, short what, void *arg) {
         for (size_t off = 0; off + sizeof(struct piece) <= len;) {
             struct piece h;
             memcpy(&h, box + off, sizeof(h));
-            send_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL,
-                       (enum ft_finish_reason)h.finish);
+            ft_completion_piece(r, h.choice, box + off + sizeof(h), h.len, h.has_lp ? &h.lp : NULL,
+                                (enum ft_finish_reason)h.finish);
             off += sizeof(h) + h.len + 1;
         }
         free(box);

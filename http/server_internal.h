@@ -1,6 +1,7 @@
-/* What the server's files share (http/server.c, http/generation.c): the
- * server's state and the replies and checks every route makes. The loop
- * thread owns all of it, except what a field says otherwise of. */
+/* What the server's files share (http/server.c, http/generation.c,
+ * http/completion.c): the server's state and the replies and checks every
+ * route makes. The loop thread owns all of it, except what a field says
+ * otherwise of. */
 #ifndef FT_HTTP_SERVER_INTERNAL_H
 #define FT_HTTP_SERVER_INTERNAL_H
 
