@@ -340,8 +340,11 @@ static int render_chat(const struct ft_backend *b, const struct ft_api_request *
     return 0;
 }
 
-int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out, int32_t *n_out,
-                      struct ft_api_error *err) {
+/* The prompt tokens for a parsed request: the chat template rendered and
+ * tokenized, or the completion prompt (text tokenized, or token ids).
+ * *out is malloc'd. */
+static int prompt_tokens(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out, int32_t *n_out,
+                         struct ft_api_error *err) {
     int32_t *ids = NULL;
     size_t n = 0;
     *out = NULL;
@@ -379,4 +382,55 @@ int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r
 fail:
     free(ids);
     return -1;
+}
+
+int ft_backend_engine_request(const struct ft_backend *b, struct ft_api_request *api, uint64_t seed,
+                              struct ft_request *er, int32_t **prompt, struct ft_api_error *err) {
+    *prompt = NULL;
+    /* The checks in the order clients have always seen them: n, then what
+     * needs the tokenizer (logit_bias text keys) or the template's format
+     * (forced or strict tool calls), then the prompt. */
+    if (api->n > FT_MIN(b->n_parallel, FT_MAX_CHOICES)) {
+        ft_api_error_set(err, 400, "n", NULL,
+                         "'n' is %d but this server generates at most %d sequences at once (-np %d): each choice "
+                         "needs one",
+                         (int)api->n, (int)FT_MIN(b->n_parallel, FT_MAX_CHOICES), (int)b->n_parallel);
+        return -1;
+    }
+    if (ft_api_logit_bias_resolve(api, b->tok, err) ||
+        (api->endpoint == FT_API_CHAT && ft_api_tools_grammar(api, b->tool_caps.format, err)))
+        return -1;
+    if (prompt_tokens(b, api, prompt, &er->n_prompt, err))
+        return -1;
+    if (api->endpoint == FT_API_CHAT && ft_chat_tools_active(api) && (api->n > 1 || api->logprobs)) {
+        /* Tool calls are parsed from one answer, and their chunks carry no
+         * log-probabilities: refused rather than dropped. */
+        ft_api_error_set(err, 400, api->n > 1 ? "n" : "logprobs", NULL, "%s",
+                         api->n > 1 ? "'n' greater than 1 is not supported together with 'tools'"
+                                    : "'logprobs' is not supported together with 'tools'");
+        free(*prompt);
+        *prompt = NULL;
+        er->n_prompt = 0;
+        return -1;
+    }
+    er->prompt = *prompt;
+    er->n_choices = api->n;
+    /* Borrowed from api: the stop strings, the grammar, the logit biases
+     * (through sampling). */
+    struct ft_gen_params *p = &er->params;
+    memset(p, 0, sizeof(*p));
+    p->sampling = api->sampling;
+    if (!api->seed_set)
+        p->sampling.seed = seed;
+    p->max_tokens = api->max_tokens;
+    p->ignore_eos = api->ignore_eos;
+    p->stops = (const char *const *)api->stops;
+    p->n_stops = api->n_stops;
+    p->logprobs = api->logprobs;
+    p->top_logprobs = api->top_logprobs;
+    p->grammar = api->grammar;
+    p->grammar_trigger = api->grammar_trigger;
+    p->grammar_trigger_at_start = api->grammar_trigger_at_start;
+    p->min_tokens = api->min_tokens;
+    return 0;
 }

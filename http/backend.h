@@ -1,6 +1,6 @@
 /* The server's engine side: the model, its chat template and the
  * scheduler, loaded once (on a background thread, so /health can answer
- * while it loads), and turning an API request into prompt tokens. */
+ * while it loads), and turning an API request into the engine's request. */
 #ifndef FT_HTTP_BACKEND_H
 #define FT_HTTP_BACKEND_H
 
@@ -38,17 +38,27 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
 /* Stops the scheduler first (every request gets its DONE event). */
 void ft_backend_free(struct ft_backend *b); /* accepts NULL */
 
-/* The prompt tokens for a parsed request: the chat template rendered and
- * tokenized (BOS added only when the template did not write it), or the
- * completion prompt tokenized as `ft run` does. Fails with a 400 for a
- * template error, an empty prompt, or a prompt that does not fit the
- * context (the message gives both numbers). *out is malloc'd. */
-int ft_backend_prompt(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out /* OUT */,
-                      int32_t *n_out /* OUT */, struct ft_api_error *err);
+/* The engine request for a parsed generation request (chat or
+ * completions), the one place where an API request becomes a struct
+ * ft_request: `n` checked against the slots, logit_bias text keys
+ * tokenized, the grammar of forced or strict tool calls (chat), the prompt
+ * tokens (the chat template rendered and tokenized, BOS added only when
+ * the template did not write it; or the completion prompt tokenized as
+ * `ft run` does), tools refused together with n > 1 or logprobs, and every
+ * generation parameter copied into er->params, with `seed` as the sampling
+ * seed when the request gave none. Fills er's prompt, n_prompt, n_choices
+ * and params; the rest of er is the caller's. *prompt (malloc'd) holds the
+ * tokens er->prompt points to, and er->params borrows api's stop strings,
+ * grammar and logit biases: the caller keeps both until FT_EVENT_DONE.
+ * Fails with a 400 for a template error, an empty prompt, or a prompt that
+ * does not fit the context (the message gives both numbers). Returns 0, or
+ * -1 with *err filled. */
+int ft_backend_engine_request(const struct ft_backend *b, struct ft_api_request *api, uint64_t seed,
+                              struct ft_request *er /* OUT */, int32_t **prompt /* OUT */, struct ft_api_error *err);
 
 /* The chat template rendered for a chat request (the prompt text before
  * tokenization; POST /apply-template answers with it). *text is malloc'd.
- * Errors as ft_backend_prompt. */
+ * A template error is a 400, as in ft_backend_engine_request(). */
 int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text /* OUT */,
                            size_t *len /* OUT */, struct ft_api_error *err);
 

@@ -1,7 +1,8 @@
 /* POST /v1/embeddings (http/embeddings.h): the request's fields, its
  * inputs as the scheduler's embeddings job, and OpenAI's response. The
- * server (http/server.c) routes the request, submits r->job with the
- * other requests and calls ft_embd_response when the scheduler is done. */
+ * server routes the request (http/server.c); the generation path
+ * (http/generation.c) submits r->job with the other requests and calls
+ * ft_embd_response when the scheduler is done. */
 #include "embeddings.h"
 
 #include "ft/common.h"

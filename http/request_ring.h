@@ -10,10 +10,10 @@
  * logged with --log-prompts).
  *
  * Thread safety: every function may be called from any thread; a mutex
- * guards the entries and totals. Today both the adding (finish_request)
- * and the reading (the route) run on the event-loop thread, so the lock is
- * never contended; it is there so that moving either to another thread
- * stays correct. The JSON is built from a copy taken under the lock. */
+ * guards the entries and totals. Today both the adding (finish_request,
+ * http/generation.c) and the reading (the route) run on the event-loop
+ * thread, so the lock is never contended; it is there so that moving
+ * either to another thread stays correct. The JSON is built from a copy taken under the lock. */
 #ifndef FT_HTTP_REQUEST_RING_H
 #define FT_HTTP_REQUEST_RING_H
 

@@ -1,6 +1,6 @@
 /* libFuzzer target for the path of generated text to the client: token ids
  * through the streaming detokenizer, the stop-string matcher and the SSE /
- * JSON writers, as engine/serve/generate.c and http/server.c chain them.
+ * JSON writers, as engine/serve/generate.c and http/completion.c chain them.
  *
  * Input layout: byte 0 picks the vocabulary (the five of ../shared/vocab);
  * byte 1 the number of stop strings (0..3); then the stop strings, each
