@@ -63,6 +63,8 @@ static inline ftv ftv_load_n(const float *p, int64_t n) { return n >= 8 ? ftv_lo
 /* m ? b : a, lane by lane; m ? v : 0. */
 static inline ftv ftv_blend(ftv a, ftv b, ftvm m) { return _mm256_blendv_ps(a, b, m); }
 static inline ftv ftv_maskz(ftvm m, ftv v) { return _mm256_and_ps(m, v); }
+/* m ? a + b : a (AVX2: a + (m ? b : 0), so a masked-off -0 lane may turn +0) */
+static inline ftv ftv_add_m(ftv a, ftvm m, ftv b) { return _mm256_add_ps(a, _mm256_and_ps(m, b)); }
 static inline unsigned ftv_mask_bits(ftvm m) { return (unsigned)_mm256_movemask_ps(m); }
 
 /* Ordered comparisons (false on NaN) and the NaN test. */
@@ -146,13 +148,32 @@ static inline int32_t ftvi_hsum(ftvi v) {
     return _mm_cvtsi128_si32(r);
 }
 
+static inline __m256i ftvi_pack_i8x32(const ftvi q[4]) {
+    const __m256i ab = _mm256_packs_epi32(q[0], q[1]), cd = _mm256_packs_epi32(q[2], q[3]);
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* 32 int32 quants (32 / FTV_N vectors, each in -128..127 when it comes from
  * a finite input) as 32 int8 in element order; out-of-range lanes saturate. */
 static inline void ftvi_store_i8x32(int8_t *dst, const ftvi q[4]) {
-    const __m256i ab = _mm256_packs_epi32(q[0], q[1]), cd = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p = _mm256_packs_epi16(ab, cd);
-    _mm256_storeu_si256((__m256i *)dst,
-                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256((__m256i *)dst, ftvi_pack_i8x32(q));
+}
+
+/* The same, and the sums of quants 0..15 and 16..31: here of the stored
+ * (saturated) bytes, with vpsadbw. */
+static inline void ftvi_store_i8x32_sum16(int8_t *dst, const ftvi q[4], int32_t sum16[2]) {
+    const __m256i p = ftvi_pack_i8x32(q);
+    _mm256_storeu_si256((__m256i *)dst, p);
+    /* psadbw sums |q + 128| per 8 bytes */
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m128i lo = _mm256_castsi256_si128(sad), hi = _mm256_extracti128_si256(sad, 1);
+    sum16[0] = _mm_cvtsi128_si32(_mm_add_epi64(lo, _mm_unpackhi_epi64(lo, lo))) - 16 * 128;
+    sum16[1] = _mm_cvtsi128_si32(_mm_add_epi64(hi, _mm_unpackhi_epi64(hi, hi))) - 16 * 128;
+}
+
+/* FTV_N signed bytes of p as floats. */
+static inline ftv ftv_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 /* 16 bytes as floats into FTV_N-lane vectors out[0 .. 16 / FTV_N). */
@@ -201,6 +222,12 @@ static inline ftvi ftv_f16_bits(ftv v) {
 /* The low 16 bits of each lane (each <= 0xffff) to p. */
 static inline void ftvi_store_u16(uint16_t *p, ftvi v) {
     _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* The same for two vectors (a then b) in one store. */
+static inline void ftvi_store_u16x2(uint16_t *p, ftvi a, ftvi b) {
+    /* packus works per 128-bit lane: fix the qword order afterwards */
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
 /* ---- bit-level lanes (integer arithmetic on the float bits) ------------------------ */

@@ -56,6 +56,8 @@ static inline ftv ftv_load_n(const float *p, int64_t n) { return ftv_load_m(p, f
 /* m ? b : a, lane by lane; m ? v : 0. */
 static inline ftv ftv_blend(ftv a, ftv b, ftvm m) { return _mm512_mask_mov_ps(a, m, b); }
 static inline ftv ftv_maskz(ftvm m, ftv v) { return _mm512_maskz_mov_ps(m, v); }
+/* m ? a + b : a */
+static inline ftv ftv_add_m(ftv a, ftvm m, ftv b) { return _mm512_mask_add_ps(a, m, a, b); }
 static inline unsigned ftv_mask_bits(ftvm m) { return (unsigned)m; }
 
 /* Ordered comparisons (false on NaN) and the NaN test. */
@@ -121,6 +123,19 @@ static inline void ftvi_store_i8x32(int8_t *dst, const ftvi q[2]) {
     _mm_storeu_si128((__m128i *)(dst + 16), _mm512_cvtepi32_epi8(q[1]));
 }
 
+/* The same, and the sums of quants 0..15 and 16..31: here of the int32
+ * lanes (they agree with the bytes' whenever the quants fit a byte). */
+static inline void ftvi_store_i8x32_sum16(int8_t *dst, const ftvi q[2], int32_t sum16[2]) {
+    ftvi_store_i8x32(dst, q);
+    sum16[0] = _mm512_reduce_add_epi32(q[0]);
+    sum16[1] = _mm512_reduce_add_epi32(q[1]);
+}
+
+/* FTV_N signed bytes of p as floats. */
+static inline ftv ftv_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
 /* 16 bytes as floats into FTV_N-lane vectors out[0 .. 16 / FTV_N). */
 static inline void ftv_from_i8x16(__m128i b, ftv out[1]) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
 static inline void ftv_from_u8x16(__m128i b, ftv out[1]) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
@@ -152,6 +167,12 @@ static inline ftvi ftv_f16_bits(ftv v) {
 }
 /* The low 16 bits of each lane (each <= 0xffff) to p. */
 static inline void ftvi_store_u16(uint16_t *p, ftvi v) { _mm256_storeu_si256((__m256i *)p, _mm512_cvtepi32_epi16(v)); }
+
+/* The same for two vectors (a then b). */
+static inline void ftvi_store_u16x2(uint16_t *p, ftvi a, ftvi b) {
+    ftvi_store_u16(p, a);
+    ftvi_store_u16(p + 16, b);
+}
 
 /* ---- bit-level lanes (integer arithmetic on the float bits) ------------------------ */
 

@@ -39,7 +39,7 @@ static inline ftv ftv_round_away(ftv v) {
     const ftv t = ftv_trunc(v);
     const ftv frac = ftv_abs(ftv_sub(v, t));
     const ftv one = ftvi_as_ps(ftvi_or(ftv_bits(ftv_set1(1.0f)), ftvi_and(ftv_bits(v), ftvi_set1(INT32_MIN))));
-    return ftv_add(t, ftv_maskz(ftv_ge(frac, ftv_set1(0.5f)), one));
+    return ftv_add_m(t, ftv_ge(frac, ftv_set1(0.5f)), one);
 }
 
 /* bf16 bits of v (in the low 16 bits of each lane) rounded to nearest even
