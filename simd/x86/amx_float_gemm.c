@@ -33,7 +33,7 @@
 #include "simd/kernels.h"
 #include "simd/level.h"
 #include "simd/x86/amx_common.h"
-#include "simd/x86/avx512_common.h"
+#include "simd/x86/vec512.h"
 
 #include <immintrin.h>
 #include <stdbool.h>
@@ -113,9 +113,9 @@ static void pack_a(enum ft_type wt, const float *a, int64_t lda, int64_t m, int6
                 }
                 const int64_t k0 = (int64_t)s * 32;
                 const float *src = a + row * lda + k0;
-                _mm256_storeu_si256((__m256i *)o, to_bf16(_mm512_maskz_loadu_ps(ft_mask16(k - k0), src)));
+                _mm256_storeu_si256((__m256i *)o, to_bf16(_mm512_maskz_loadu_ps(ftv_mask(k - k0), src)));
                 _mm256_storeu_si256((__m256i *)(o + 32),
-                                    to_bf16(_mm512_maskz_loadu_ps(ft_mask16(k - k0 - 16), src + 16)));
+                                    to_bf16(_mm512_maskz_loadu_ps(ftv_mask(k - k0 - 16), src + 16)));
             }
         }
     }
@@ -148,7 +148,7 @@ static void pack_w(enum ft_type wt, const char *w, size_t w_row, int64_t nv, int
                                                                  kc - 32 * s))
                                 : _mm512_setzero_ps();
             }
-            ft_transpose16(r); /* r[q] = pair q of the 16 rows */
+            ftv_transpose(r); /* r[q] = pair q of the 16 rows */
             uint8_t *o = out + ((size_t)s * 2 + (size_t)h) * 1024;
             for (int q = 0; q < 16; q++)
                 _mm512_store_ps((float *)(o + q * 64), r[q]);
@@ -218,7 +218,7 @@ static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_
                     tiles_pair(a0, a1, bbuf, (kc + 31) / 32, ctile + p * MR * NR, ctile + q * MR * NR, k0 == 0);
                 }
             }
-            const __mmask16 m0 = ft_mask16(nv), m1 = ft_mask16(nv - 16);
+            const __mmask16 m0 = ftv_mask(nv), m1 = ftv_mask(nv - 16);
             const int64_t rows = FT_MIN(pn * MR, m - pc * MR);
             for (int64_t i = 0; i < rows; i++) {
                 float *ci = c + (pc * MR + i) * ldc + n;

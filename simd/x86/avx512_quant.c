@@ -1,4 +1,7 @@
-/* AVX-512 kernels: the "avx512" level (include/ft/cpu.h).
+/* AVX-512 kernels: the "avx512" level's type table (include/ft/cpu.h).
+ * What differs from avx2_quant.c only in vector width -- the F32 / F16 /
+ * BF16 rows, the Q8 quantizers, the dequantizers -- is quant_impl.h over
+ * vec512.h; this file adds the integer dots and the vdpbf16ps BF16 dot.
  *
  * Compiled with -mavx512f/bw/vl/dq -mavx512vnni -mavx2 -mfma -mf16c
  * -ffp-contract=off (cmake/FtSimd.cmake) and called only when CPUID says the
@@ -25,10 +28,9 @@
  * accumulation in another order. Activations must be in -127..127 only where
  * noted (they always are when they come from a Q8 quantizer).
  */
-#include "simd/fp16.h"
-#include "simd/kernels.h"
 #include "simd/level.h"
-#include "simd/quant_ref.h"
+#include "simd/x86/vec512.h"
+#include "simd/x86/quant_impl.h" /* F32/F16/BF16, the Q8 quantizers, dequantizers; f16, prefetch_ahead */
 
 #include <immintrin.h>
 #include <math.h>
@@ -36,15 +38,6 @@
 #include <string.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-/* Prefetch the cache lines of `bytes` weight bytes FT_PREFETCH_DIST ahead
- * of p (simd/kernels.h). bytes is a constant, so this unrolls. */
-static inline void prefetch_ahead(const void *p, int bytes) {
-    for (int o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)p + FT_PREFETCH_DIST + o, _MM_HINT_T0);
-}
 
 static inline __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
 static inline __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -59,10 +52,6 @@ static inline float hsum256_ps(__m256 v) {
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
-}
-
-static inline float hsum_ps(__m512 v) {
-    return hsum256_ps(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
 
 /* Many of the loads below are broadcasts from memory: on Intel cores a
@@ -141,78 +130,6 @@ static inline __m512 scale_2(float a, float b) {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-/* ---- F32 / F16 / BF16 ----------------------------------------------------------- */
-
-static inline __mmask16 tail16(int64_t r) { return (__mmask16)((1u << r) - 1u); }
-
-static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const float *x = vx, *y = vy;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        prefetch_ahead(x + i, 64 * 4);
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
-        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
-        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), a0);
-    if (i < n) {
-        const __mmask16 m = tail16(n - i);
-        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), a1);
-    }
-    *s = hsum_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static inline __m512 load_f16x16(const uint16_t *p) { return _mm512_cvtph_ps(loadu256(p)); }
-
-static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        prefetch_ahead(x + i, 64 * 2);
-        a0 = _mm512_fmadd_ps(load_f16x16(x + i), load_f16x16(y + i), a0);
-        a1 = _mm512_fmadd_ps(load_f16x16(x + i + 16), load_f16x16(y + i + 16), a1);
-        a2 = _mm512_fmadd_ps(load_f16x16(x + i + 32), load_f16x16(y + i + 32), a2);
-        a3 = _mm512_fmadd_ps(load_f16x16(x + i + 48), load_f16x16(y + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(load_f16x16(x + i), load_f16x16(y + i), a0);
-    if (i < n) {
-        const __mmask16 m = tail16(n - i);
-        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)),
-                             _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + i)), a1);
-    }
-    *s = hsum_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static inline __m512 bf16x16_to_ps(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        prefetch_ahead(x + i, 64 * 2);
-        a0 = _mm512_fmadd_ps(bf16x16_to_ps(loadu256(x + i)), bf16x16_to_ps(loadu256(y + i)), a0);
-        a1 = _mm512_fmadd_ps(bf16x16_to_ps(loadu256(x + i + 16)), bf16x16_to_ps(loadu256(y + i + 16)), a1);
-        a2 = _mm512_fmadd_ps(bf16x16_to_ps(loadu256(x + i + 32)), bf16x16_to_ps(loadu256(y + i + 32)), a2);
-        a3 = _mm512_fmadd_ps(bf16x16_to_ps(loadu256(x + i + 48)), bf16x16_to_ps(loadu256(y + i + 48)), a3);
-    }
-    for (; i + 16 <= n; i += 16)
-        a0 = _mm512_fmadd_ps(bf16x16_to_ps(loadu256(x + i)), bf16x16_to_ps(loadu256(y + i)), a0);
-    if (i < n) {
-        const __mmask16 m = tail16(n - i);
-        a1 = _mm512_fmadd_ps(bf16x16_to_ps(_mm256_maskz_loadu_epi16(m, x + i)),
-                             bf16x16_to_ps(_mm256_maskz_loadu_epi16(m, y + i)), a1);
-    }
-    *s = hsum_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
 /* vdpbf16ps: 32 products per instruction, pairs summed in float. It treats
  * subnormal bf16 inputs as zero (DAZ) -- far below the tolerance of any dot
  * that matters, and the reason this is not the reference. */
@@ -235,184 +152,7 @@ __attribute__((target("avx512bf16"))) static void vec_dot_bf16_dp(int64_t n, flo
         a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_maskz_loadu_epi16(m, x + i),
                               (__m512bh)_mm512_maskz_loadu_epi16(m, y + i));
     }
-    *s = hsum_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-}
-
-static void f16_to_f32_row(const void *restrict vx, float *restrict y, int64_t n) {
-    const uint16_t *x = vx;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, load_f16x16(x + i));
-    if (i < n) {
-        const __mmask16 m = tail16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + i)));
-    }
-}
-
-/* vcvtps2ph agrees with ft_float_to_half except on NaN payloads; a chunk
- * holding a NaN is done by the scalar code. */
-static void f32_to_f16_row(const float *restrict x, void *restrict vy, int64_t n) {
-    uint16_t *y = vy;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {
-            for (int j = 0; j < 16; j++)
-                y[i + j] = ft_float_to_half(x[i + j]);
-            continue;
-        }
-        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; i++)
-        y[i] = ft_float_to_half(x[i]);
-}
-
-static void bf16_to_f32_row(const void *restrict vx, float *restrict y, int64_t n) {
-    const uint16_t *x = vx;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, bf16x16_to_ps(loadu256(x + i)));
-    if (i < n) {
-        const __mmask16 m = tail16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, bf16x16_to_ps(_mm256_maskz_loadu_epi16(m, x + i)));
-    }
-}
-
-/* Integer round-to-nearest-even as ft_float_to_bfloat (vcvtneps2bf16 would
- * flush subnormals); NaN chunks scalar. */
-static void f32_to_bf16_row(const float *restrict x, void *restrict vy, int64_t n) {
-    uint16_t *y = vy;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {
-            for (int j = 0; j < 16; j++)
-                y[i + j] = ft_float_to_bfloat(x[i + j]);
-            continue;
-        }
-        const __m512i u = _mm512_castps_si512(v);
-        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtepi32_epi16(r));
-    }
-    for (; i < n; i++)
-        y[i] = ft_float_to_bfloat(x[i]);
-}
-
-/* ---- Q8_0 / Q8_1 / Q8_K activations ------------------------------------------------ */
-
-/* roundf(): nearest, ties away from zero; v - trunc(v) is exact. */
-static inline __m512 round_away(__m512 v) {
-    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-    const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)),
-                                                           _mm512_and_si512(_mm512_castps_si512(v),
-                                                                            _mm512_set1_epi32(INT32_MIN))));
-    return _mm512_mask_add_ps(t, _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t, one);
-}
-
-/* One 32-element block as the reference: d = amax / 127, q = roundf(x / d). */
-/* One Q8 block. act: activations as llama.cpp's x86 backend makes them
- * (127 / amax, ties to even: simd/quant_ref.c); else the GGUF weight
- * quantizer (1 / d, ties away from zero). */
-static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum, bool act) {
-    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float d = amax / 127;
-    __m512i q0, q1;
-    if (act) {
-        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
-        q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)); /* nearest even (default MXCSR) */
-        q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-    } else {
-        const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-        q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v0, id)));
-        q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v1, id)));
-    }
-    _mm_storeu_si128((__m128i *)qs, _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128((__m128i *)(qs + 16), _mm512_cvtepi32_epi8(q1));
-    if (sum)
-        *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
-    return d;
-}
-
-static inline void quantize_q8_0(const float *restrict x, void *restrict vy, int64_t n, bool act) {
-    ft_block_q8_0 *y = vy;
-    for (int64_t i = 0; i < n / FT_QK8_0; i++) {
-        const float d = quantize_block_q8(x + i * FT_QK8_0, y[i].qs, NULL, act);
-        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-    }
-}
-
-static inline void quantize_q8_1(const float *restrict x, void *restrict vy, int64_t n, bool act) {
-    ft_block_q8_1 *y = vy;
-    for (int64_t i = 0; i < n / FT_QK8_1; i++) {
-        int sum;
-        const float d = quantize_block_q8(x + i * FT_QK8_1, y[i].qs, &sum, act);
-        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
-        y[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
-    }
-}
-
-static void quantize_row_q8_0(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, false); }
-static void quantize_row_q8_0_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_0(x, y, n, true); }
-static void quantize_row_q8_1(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, false); }
-static void quantize_row_q8_1_act(const float *restrict x, void *restrict y, int64_t n) { quantize_q8_1(x, y, n, true); }
-
-/* q = min(127, nearest_int(-127 / max * x)) with max the first element of
- * largest magnitude; vcvtps2dq rounds to nearest even like nearest_int(). */
-static void quantize_row_q8_K(const float *restrict x, void *restrict vy, int64_t n) {
-    ft_block_q8_K *y = vy;
-    for (int64_t i = 0; i < n / FT_QK_K; i++, x += FT_QK_K) {
-        __m512 am = _mm512_setzero_ps();
-        for (int k = 0; k < 16; k++)
-            am = _mm512_max_ps(am, _mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)));
-        const float amax = _mm512_reduce_max_ps(am);
-        if (amax == 0.0f) {
-            memset(&y[i], 0, sizeof(y[i]));
-            continue;
-        }
-        const __m512 amv = _mm512_set1_ps(amax);
-        int first = 0;
-        for (int k = 0; k < 16; k++) {
-            const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * k)), amv, _CMP_EQ_OQ);
-            if (m) {
-                first = 16 * k + __builtin_ctz((unsigned)m);
-                break;
-            }
-        }
-        const float iscale = -127.f / x[first];
-        const __m512 is = _mm512_set1_ps(iscale);
-        for (int k = 0; k < 16; k++) {
-            const __m512i q = _mm512_min_epi32(_mm512_set1_epi32(127),
-                                               _mm512_cvtps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * k))));
-            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * k), _mm512_cvtepi32_epi8(q));
-            y[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
-        }
-        y[i].d = 1 / iscale;
-    }
-}
-
-static void dequantize_row_q8_0(const void *restrict vx, float *restrict y, int64_t n) {
-    const ft_block_q8_0 *x = vx;
-    for (int64_t i = 0; i < n / FT_QK8_0; i++, y += FT_QK8_0) {
-        const __m512 d = _mm512_set1_ps(f16(x[i].d));
-        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(x[i].qs))), d));
-        _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(x[i].qs + 16))), d));
-    }
-}
-
-static void dequantize_row_q4_0(const void *restrict vx, float *restrict y, int64_t n) {
-    const ft_block_q4_0 *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0f), off = _mm_set1_epi8(8);
-    for (int64_t i = 0; i < n / FT_QK4_0; i++, y += FT_QK4_0) {
-        const __m512 d = _mm512_set1_ps(f16(x[i].d));
-        const __m128i q = loadu128(x[i].qs);
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), off);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), off);
-        _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), d));
-        _mm512_storeu_ps(y + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), d));
-    }
+    *s = ftv_hsum(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 /* ---- 32-element weight blocks ------------------------------------------------------------ */
@@ -541,7 +281,7 @@ static inline __m256i one_q5_1(const ft_block_q5_1 *x, const ft_block_q8_1 *y) {
             if (OFFSET)                                                                                        \
                 summs += ft_offset_term(&x[i], &y[i]);                                                         \
         }                                                                                                      \
-        *s = hsum_ps(_mm512_add_ps(acc0, acc1)) + hsum256_ps(_mm256_add_ps(acc2, accm)) + summs;               \
+        *s = ftv_hsum(_mm512_add_ps(acc0, acc1)) + hsum256_ps(_mm256_add_ps(acc2, accm)) + summs;               \
     }
 
 /* m * s of one Q4_1/Q5_1 block: the half at byte 2 of x (m) and of y (s). */
@@ -606,7 +346,7 @@ static void vec_dot_q2_K_q8_K(int64_t n, float *restrict s, const void *restrict
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc) - hsum256_ps(accm);
+    *s = ftv_hsum(acc) - hsum256_ps(accm);
 }
 
 /* Q3_K: u = low2 | hbit << 2 in 0..7 is q + 4; the 4 comes back through
@@ -642,7 +382,7 @@ static void vec_dot_q3_K_q8_K(int64_t n, float *restrict s, const void *restrict
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc);
+    *s = ftv_hsum(acc);
 }
 
 /* Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scale and min. One zmm holds 64
@@ -687,7 +427,7 @@ static void vec_dot_q4_K_q8_K(int64_t n, float *restrict s, const void *restrict
         prefetch_ahead(&x[i], (int)sizeof(x[i]));
         dot_k4_block(x[i].scales, x[i].d, x[i].dmin, x[i].qs, NULL, &y[i], &acc, &accm);
     }
-    *s = hsum_ps(acc) - hsum256_ps(accm);
+    *s = ftv_hsum(acc) - hsum256_ps(accm);
 }
 
 static void vec_dot_q5_K_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
@@ -699,7 +439,7 @@ static void vec_dot_q5_K_q8_K(int64_t n, float *restrict s, const void *restrict
         prefetch_ahead(&x[i], (int)sizeof(x[i]));
         dot_k4_block(x[i].scales, x[i].d, x[i].dmin, x[i].qs, x[i].qh, &y[i], &acc, &accm);
     }
-    *s = hsum_ps(acc) - hsum256_ps(accm);
+    *s = ftv_hsum(acc) - hsum256_ps(accm);
 }
 
 /* The 6-bit quants of one 128-element half of a Q6_K block, unsigned
@@ -736,89 +476,25 @@ static void vec_dot_q6_K_q8_K(int64_t n, float *restrict s, const void *restrict
         }
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc);
-}
-
-/* (d * sc) * q - (dmin * mn), products rounded separately as the reference
- * (no FMA: -ffp-contract=off). */
-static void dequantize_row_q4_K(const void *restrict vx, float *restrict y, int64_t n) {
-    const ft_block_q4_K *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    for (int64_t i = 0; i < n / FT_QK_K; i++, y += FT_QK_K) {
-        const float d = f16(x[i].d), dmin = f16(x[i].dmin);
-        const struct ft_scales16 u = ft_k4_scales(x[i].scales);
-        for (int j = 0; j < 4; j++) {
-            for (int half = 0; half < 2; half++) {
-                const int sb = 2 * j + half;
-                const __m512 d1 = _mm512_set1_ps(d * ft_scales16_byte(u, sb));
-                const __m512 m1 = _mm512_set1_ps(dmin * ft_scales16_byte(u, 8 + sb));
-                for (int k = 0; k < 2; k++) {
-                    __m128i q = loadu128(x[i].qs + 32 * j + 16 * k);
-                    q = _mm_and_si128(half ? _mm_srli_epi16(q, 4) : q, m4);
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-                    _mm512_storeu_ps(y + 32 * sb + 16 * k, _mm512_sub_ps(_mm512_mul_ps(d1, v), m1));
-                }
-            }
-        }
-    }
-}
-
-static void dequantize_row_q6_K(const void *restrict vx, float *restrict y, int64_t n) {
-    const ft_block_q6_K *x = vx;
-    const __m512i off = _mm512_set1_epi8(32);
-    for (int64_t i = 0; i < n / FT_QK_K; i++, y += FT_QK_K) {
-        const float d = f16(x[i].d);
-        for (int h = 0; h < 2; h++) {
-            __m512i q[2];
-            q6_half(x[i].ql + 64 * h, x[i].qh + 32 * h, &q[0], &q[1]);
-            for (int j = 0; j < 2; j++) {
-                int8_t b[64];
-                _mm512_storeu_si512(b, _mm512_sub_epi8(q[j], off));
-                for (int t = 0; t < 4; t++) { /* 16 elements = sub-block 8h + 4j + t */
-                    const int sb = 8 * h + 4 * j + t;
-                    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(loadu128(b + 16 * t)));
-                    _mm512_storeu_ps(y + 16 * sb, _mm512_mul_ps(_mm512_set1_ps(d * x[i].scales[sb]), v));
-                }
-            }
-        }
-    }
+    *s = ftv_hsum(acc);
 }
 
 /* ---- the table ---------------------------------------------------------------------------------- */
 
 void ft_avx512_quant_fill_types(struct ft_type_info *t, bool have_bf16) {
-    t[FT_TYPE_F32].vec_dot = vec_dot_f32;
-    t[FT_TYPE_F16].vec_dot = vec_dot_f16;
-    t[FT_TYPE_F16].to_float = f16_to_f32_row;
-    t[FT_TYPE_F16].from_float = f32_to_f16_row;
-    t[FT_TYPE_F16].from_float_act = f32_to_f16_row;
-    t[FT_TYPE_BF16].vec_dot = have_bf16 ? vec_dot_bf16_dp : vec_dot_bf16;
-    t[FT_TYPE_BF16].to_float = bf16_to_f32_row;
-    t[FT_TYPE_BF16].from_float = f32_to_bf16_row;
-    t[FT_TYPE_BF16].from_float_act = f32_to_bf16_row;
-
+    quant_fill_common(t);
+    if (have_bf16)
+        t[FT_TYPE_BF16].vec_dot = vec_dot_bf16_dp;
     t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
-    t[FT_TYPE_Q8_0].from_float = quantize_row_q8_0;
-    t[FT_TYPE_Q8_0].from_float_act = quantize_row_q8_0_act;
-    t[FT_TYPE_Q8_0].to_float = dequantize_row_q8_0;
-    t[FT_TYPE_Q8_1].from_float = quantize_row_q8_1;
-    t[FT_TYPE_Q8_1].from_float_act = quantize_row_q8_1_act;
-    t[FT_TYPE_Q8_K].from_float = quantize_row_q8_K;
-    t[FT_TYPE_Q8_K].from_float_act = quantize_row_q8_K;
-
     t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
-    t[FT_TYPE_Q4_0].to_float = dequantize_row_q4_0;
     t[FT_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1;
     t[FT_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;
     t[FT_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1;
-
     t[FT_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
     t[FT_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
     t[FT_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
-    t[FT_TYPE_Q4_K].to_float = dequantize_row_q4_K;
     t[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
-    t[FT_TYPE_Q6_K].to_float = dequantize_row_q6_K;
 }
 
 void ft_avx512_quant_fill(struct ft_level *l) { ft_avx512_quant_fill_types(l->types, ft_cpu_info()->avx512_bf16); }
