@@ -6,8 +6,10 @@
 #                   no ISA flags, so they run on any CPU of the architecture.
 #   simd/x86/*.c    x86-64 only; each file carries its own -m flags and is
 #                   called only after CPUID says the machine has them.
-#   simd/arm/*.c    aarch64 only; likewise with -march=...+dotprod (and
-#                   +i8mm for neon_i8mm_qgemm.c alone).
+#   simd/arm/*.c    aarch64 only; likewise: -march=armv8-a for the neon
+#                   level's files (its int8 dots and the float ops every
+#                   ARM level inherits), +dotprod for neon-dotprod's, and
+#                   +i8mm for neon_i8mm_qgemm.c alone.
 #
 # Every kernel file is built with -ffp-contract=off: the dequantizers must
 # reproduce the reference's separately rounded multiply and add bit for bit,
@@ -52,7 +54,8 @@ function(ft_simd_sources out_sources out_defs)
     list(APPEND srcs ${avx2} ${avx512} ${amx})
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
-    set(neon ${root}/simd/arm/neon_quant.c)
+    set(neon ${root}/simd/arm/neon_quant.c ${root}/simd/arm/neon_float_gemm.c ${root}/simd/arm/neon_attn.c
+             ${root}/simd/arm/neon_ops.c)
     set(neon_dot ${root}/simd/arm/neon_dotprod_quant.c ${root}/simd/arm/neon_dotprod_qgemm.c)
     set(neon_i8mm ${root}/simd/arm/neon_i8mm_qgemm.c)
     set_source_files_properties(${neon} PROPERTIES COMPILE_OPTIONS

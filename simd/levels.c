@@ -58,8 +58,11 @@ static const struct ft_level_desc k_levels[] = {
      .fill = {ft_amx_qgemm_fill, ft_amx_float_gemm_fill}},
 #endif
 #ifdef FT_SIMD_ARM
-    {.isa = FT_ISA_NEON, .base = FT_ISA_SCALAR, .needs = "aarch64 with ASIMD", .runs = runs_neon,
-     .fill = {ft_neon_quant_fill}},
+    {.isa = FT_ISA_NEON, /* the float ops here are the ARM levels' only ones: the others inherit them */
+     .base = FT_ISA_SCALAR,
+     .needs = "aarch64 with ASIMD",
+     .runs = runs_neon,
+     .fill = {ft_neon_quant_fill, ft_neon_float_gemm_fill, ft_neon_attn_fill, ft_neon_ops_fill}},
     {.isa = FT_ISA_NEON_DOTPROD,
      .base = FT_ISA_NEON,
      .needs = "aarch64 with ASIMD and dotprod",

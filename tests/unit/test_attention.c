@@ -11,7 +11,9 @@
  *     128, 129, 1000) and one long enough (5000) that the parts buffer
  *     makes chunks longer than 128 keys;
  *   - heads of other rows and columns outside the output are not written
- *     beyond the output buffer (exact-size buffers, ASan). */
+ *     beyond the output buffer (exact-size buffers, ASan).
+ * With FT_ISA=<level> only that level is tested (tests/arm runs the NEON
+ * level alone on a CPU without dotprod). */
 #include "engine/model/attention.h"
 #include "engine/model/kv_cache.h"
 #include "ft/common.h"
@@ -157,8 +159,11 @@ int main(void) {
         {3, 3, 80, 48},   /* no GQA, tails */
     };
     static const int32_t lengths[] = {1, 127, 128, 129, 1000};
+    const char *env = getenv("FT_ISA");
+    const int only = env && *env && strcmp(env, "auto") != 0 ? (int)ft_cpu_isa() : -1;
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
-        if (!ft_isa_supported((enum ft_isa)isa) || ft_cpu_force_isa(ft_isa_name((enum ft_isa)isa)) != FT_OK)
+        if ((only >= 0 && isa != only) || !ft_isa_supported((enum ft_isa)isa) ||
+            ft_cpu_force_isa(ft_isa_name((enum ft_isa)isa)) != FT_OK)
             continue;
         const int before = ft_test_failures;
         for (size_t s = 0; s < FT_ARRAY_LEN(shapes); s++)
