@@ -27,6 +27,7 @@
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
 #include "simd/x86/amx_common.h"
+#include "simd/x86/qgemm_scale512.h"
 
 #include <immintrin.h>
 
@@ -61,12 +62,6 @@ static inline void configure(int G) {
     ft_amx_load(&c, G);
 }
 
-static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }
-static inline __m512 bcastf(const uint8_t *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return _mm512_set1_ps(f);
-}
 
 /* The 16 x 16 int32 sums of one sub-block (A at a, B at w) into tile set
  * `set`, and out of it into memory. */
@@ -107,33 +102,9 @@ __attribute__((always_inline)) static inline void scale_sums(const int32_t *sums
     for (int t = 0; t < NT; t++) {
         acc[t] = _mm512_load_si512(sums + t * TR);
         if (XINT)
-            acc[t] = _mm512_add_epi32(bcast32(X + (s * TT + t) * 4), acc[t]);
+            acc[t] = _mm512_add_epi32(ft_qg_bcast32(X + (s * TT + t) * 4), acc[t]);
     }
-    const __m512 S = _mm512_loadu_ps(ws + G * TR);
-    if (nsub == 1) {
-        for (int t = 0; t < NT; t++)
-            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
-        if (MINS) {
-            const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
-            for (int t = 0; t < NT; t++)
-                facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
-        }
-    } else if (FOLD) {
-        for (int t = 0; t < NT; t++)
-            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
-    } else {
-        for (int t = 0; t < NT; t++)
-            part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
-                             : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
-        if (MINS) {
-            const __m512 M = _mm512_loadu_ps(ws + G * TR + 4 * TR);
-            for (int t = 0; t < NT; t++)
-                part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
-        }
-        if (s == nsub - 1)
-            for (int t = 0; t < NT; t++)
-                facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
-    }
+    ft_qg_scale_sub(acc, s, ws + G * TR, D, X, facc, part, nsub, MINS, FOLD, TR, TT, NT);
 }
 
 /* kernel_tile of avx512_qgemm.c with the integer sums from the tile unit;

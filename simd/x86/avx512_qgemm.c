@@ -27,6 +27,7 @@
  */
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
+#include "simd/x86/qgemm_scale512.h"
 
 #include <immintrin.h>
 
@@ -41,7 +42,6 @@
 
 /* ---- micro-kernel ------------------------------------------------------------------ */
 
-static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)ft_qg_ld32(p)); }
 
 /* acc += w . (the 4 bytes at p, broadcast): the broadcast as vpdpbusd's
  * embedded {1to16} memory operand, one micro-fused uop instead of a
@@ -49,11 +49,6 @@ static inline __m512i bcast32(const uint8_t *p) { return _mm512_set1_epi32((int)
 static inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t *p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
     return acc;
-}
-static inline __m512 bcastf(const uint8_t *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return _mm512_set1_ps(f);
 }
 
 /* G: sub-block size; ABLK: activation block; MINS: M per sub-block times
@@ -80,39 +75,15 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
         for (int s = 0; s < nsub; s++, w += sb_bytes) {
             __m512i acc[TT];
             for (int t = 0; t < TT; t++)
-                acc[t] = XINT ? bcast32(X + (s * TT + t) * 4) : _mm512_setzero_si512();
+                acc[t] = XINT ? ft_qg_bcast32(X + (s * TT + t) * 4) : _mm512_setzero_si512();
             const uint8_t *aq = a + (size_t)s * ngrp * TT * 4;
             for (int gi = 0; gi < ngrp; gi++) {
                 const __m512i W = _mm512_loadu_si512(w + gi * 64);
                 for (int t = 0; t < TT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W, aq + (gi * TT + t) * 4);
             }
-            const __m512 S = _mm512_loadu_ps(w + G * TR);
-            if (nsub == 1) {
-                for (int t = 0; t < TT; t++)
-                    facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
-                if (MINS) {
-                    const __m512 M = _mm512_loadu_ps(w + G * TR + 4 * TR);
-                    for (int t = 0; t < TT; t++)
-                        facc[t] = _mm512_fmadd_ps(M, bcastf(X + 4 * t), facc[t]);
-                }
-            } else if (FOLD) {
-                for (int t = 0; t < TT; t++)
-                    facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, bcastf(D + 4 * t)), facc[t]);
-            } else {
-                for (int t = 0; t < TT; t++)
-                    part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
-                                     : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
-                if (MINS) {
-                    const __m512 M = _mm512_loadu_ps(w + G * TR + 4 * TR);
-                    for (int t = 0; t < TT; t++)
-                        part[t] = _mm512_fmadd_ps(M, bcastf(X + (s * TT + t) * 4), part[t]);
-                }
-            }
+            ft_qg_scale_sub(acc, s, w + G * TR, D, X, facc, part, nsub, MINS, FOLD, TR, TT, TT);
         }
-        if (nsub > 1 && !FOLD)
-            for (int t = 0; t < TT; t++)
-                facc[t] = _mm512_fmadd_ps(part[t], bcastf(D + 4 * t), facc[t]);
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
     for (int t = 0; t < TT; t++)
@@ -540,7 +511,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
         const uint8_t *X = D + 4 * TA;
         __m512i acc[TT];
         for (int t = 0; t < NT; t++)
-            acc[t] = bcast32(X + 4 * t);
+            acc[t] = ft_qg_bcast32(X + 4 * t);
         for (int j = 0; j < 4; j++) {
             const __m512i Z = _mm512_inserti64x4(
                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(wa + 32 * j))),
@@ -557,7 +528,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
             _mm_loadu_si128((const __m128i *)(const void *)(wb + 4 * 32)), 1);
         const __m512 S = _mm512_cvtph_ps(h16);
         for (int t = 0; t < NT; t++)
-            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), bcastf(D + 4 * t), facc[t]);
+            facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), ft_qg_bcastf(D + 4 * t), facc[t]);
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
     for (int t = 0; t < NT; t++)
@@ -623,7 +594,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
         w += 2 * HR;
         __m512 DT[TT];
         for (int t = 0; t < NT; t++)
-            DT[t] = bcastf(D + 4 * t);
+            DT[t] = ft_qg_bcastf(D + 4 * t);
         for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
             const char *pf = (const char *)w + pair_prefetch_skip((size_t)(w - w0), hb) + FT_PREFETCH_DIST;
             _mm_prefetch(pf, _MM_HINT_T0);
@@ -640,7 +611,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
             const uint8_t *aq = a + (size_t)s * 4 * TA * 4;
             __m512i acc[TT];
             for (int t = 0; t < NT; t++)
-                acc[t] = bcast32(X + (s * TA + t) * 4);
+                acc[t] = ft_qg_bcast32(X + (s * TA + t) * 4);
             for (int j = 0; j < 4; j++)
                 for (int t = 0; t < NT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W[j], aq + (j * TA + t) * 4);
