@@ -419,11 +419,9 @@ int ft_cmd_compare(int argc, char **argv) {
         "Δp against BASE over the same windows. Prints a markdown table; -o writes it as markdown, CSV or JSON\n"
         "(by extension); --svg draws quality loss against decode speed.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (threads < 0 || n_ctx < 8 || n_batch < 0 || chunks < 0 || bp < 1 || bn < 1 || br < 1) {
         fprintf(stderr, "ft compare: -t, -b, --chunks must be >= 0, -c >= 8, and -p, -n, -r >= 1\n");
         return 2;

@@ -355,11 +355,9 @@ int ft_cmd_gen_model(int argc, char **argv) {
         "(Llama 3 RoPE scaling, tied output for 3.2); shape options override the preset.\n"
         "Quantize the result with ft quantize.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
 
     if (strcmp(arch, "llama") != 0) {
         fprintf(stderr, "ft gen-model: --arch %s: gen-model writes llama models (the only --arch value)\n", arch);

@@ -46,11 +46,9 @@ int ft_cmd_logits(int argc, char **argv) {
         "Evaluates the tokens in one batch from position 0 and prints\n"
         "{\"top_logits\": [[[id, logit], ...], ...]}, one list per position, largest first.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (!tokens_arg) {
         fprintf(stderr, "ft logits: --tokens is required\n");
         return 2;

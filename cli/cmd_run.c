@@ -95,11 +95,9 @@ int ft_cmd_run(int argc, char **argv) {
         "prompt tokens, generated tokens, TTFT, prefill and decode tokens/s to stderr.\n"
         "The same seed and settings give the same text.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (seed_str) {
         char *end;
         unsigned long long v = strtoull(seed_str, &end, 10);

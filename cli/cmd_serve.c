@@ -168,11 +168,9 @@ int ft_cmd_serve(int argc, char **argv) {
         "response carries engine-measured TTFT, prefill and decode speed. One access-log line per\n"
         "request goes to stdout; SIGINT or SIGTERM stops the server.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (port < 0 || port > 65535) {
         fprintf(stderr, "ft serve: --port must be in 0..65535 (got %d)\n", port);
         return 2;
