@@ -16,6 +16,7 @@
  * stay O(1), so logits are finite and speed is that of a real model. */
 #include "args.h"
 #include "cli.h"
+#include "format.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/types.h"
@@ -261,18 +262,6 @@ static const struct gen_shape *find_preset(const char *name) {
     return NULL;
 }
 
-/* "1.2B", "270M", "1.3M": the size label llama.cpp's converter writes. */
-static void size_label(uint64_t n, char *buf, size_t cap) {
-    if (n >= 1000000000ull)
-        snprintf(buf, cap, "%.1fB", (double)n / 1e9);
-    else if (n >= 10000000ull)
-        snprintf(buf, cap, "%.0fM", (double)n / 1e6);
-    else if (n >= 1000000ull)
-        snprintf(buf, cap, "%.1fM", (double)n / 1e6);
-    else
-        snprintf(buf, cap, "%.0fK", (double)n / 1e3);
-}
-
 static bool in_range(const char *what, int64_t v, int64_t lo, int64_t hi) {
     if (v >= lo && v <= hi)
         return true;
@@ -499,7 +488,7 @@ int ft_cmd_gen_model(int argc, char **argv) {
 #undef ADD
 
     char label[32], name[96];
-    size_label(n_params, label, sizeof(label));
+    ft_cli_size_label(n_params, label, sizeof(label));
     snprintf(name, sizeof(name), "ft gen-model %s (seed %" PRIu64 ")", preset, seed);
     if ((rc = ft_gguf_writer_set_str(w, "general.architecture", "llama")) ||
         (rc = ft_gguf_writer_set_str(w, "general.type", "model")) ||
