@@ -38,6 +38,7 @@ static const struct ft_arch_ops *const g_archs[] = {
     &ft_arch_qwen3,
     &ft_arch_gemma3,
     &ft_arch_qwen3moe,
+    &ft_arch_gptoss,
 };
 
 /* ---- metadata ------------------------------------------------------------------ */
@@ -153,6 +154,7 @@ static int load_hparams(struct ft_model *m) {
     hp->rope_freq_base = 10000.0f;
     hp->rope_freq_base_swa = 10000.0f;
     hp->rope_freq_scale = 1.0f;
+    hp->rope_freq_scale_swa = 1.0f;
     hp->rope_ext_factor = 0.0f;
     hp->rope_attn_factor = 1.0f;
     hp->rope_beta_fast = 32.0f;

@@ -156,7 +156,7 @@ static int32_t top1(const float *l, int32_t n, float *margin) {
 
 /* The weight type from "ARCH-TYPE.gguf" (upper-cased). */
 static void type_of(const char *file, char *out, size_t cap) {
-    const char *dash = strchr(file, '-');
+    const char *dash = strrchr(file, '-'); /* gpt-oss-Q8_0: the last dash */
     const char *dot = strrchr(file, '.');
     size_t n = 0;
     if (dash && dot && dot > dash)

@@ -48,6 +48,7 @@ struct ft_hparams {
     float rope_freq_base;     /* default 10000 */
     float rope_freq_base_swa; /* gemma3 sliding-window layers (default 10000) */
     float rope_freq_scale;    /* 1 / rope.scaling.factor (default 1) */
+    float rope_freq_scale_swa; /* sliding-window layers (default 1: gemma3; gpt-oss: rope_freq_scale) */
     float rope_ext_factor;    /* YaRN: 1 when rope.scaling.type is yarn, else 0 */
     float rope_attn_factor;   /* YaRN magnitude correction (1 otherwise) */
     float rope_beta_fast;     /* YaRN ramp (32) */
