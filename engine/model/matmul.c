@@ -127,6 +127,13 @@ void ft_matmul_scratch_need(const struct ft_model *m, int32_t n_tok, size_t *act
         const struct ft_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
         for (size_t i = 0; i < FT_ARRAY_LEN(ws); i++)
             need_of(ws[i], n_tok, act, panel);
+        /* experts: one expert at a time, as engine/model/moe.c multiplies them */
+        const struct ft_weight *xs[] = {&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
+        for (size_t i = 0; i < FT_ARRAY_LEN(xs); i++) {
+            struct ft_weight e = *xs[i];
+            e.rows = m->hp.n_expert > 0 ? e.rows / m->hp.n_expert : 0;
+            need_of(&e, n_tok, act, panel);
+        }
     }
     need_of(&m->output, n_tok, act, panel);
     /* kernels are faster on 64-byte aligned tiles */
