@@ -197,8 +197,11 @@ static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_
     g_amx[t].a_tile_size = a_size;
     g_amx[t].pack_a = pack_a;
     g_amx[t].kernel = kernel;
-    g_amx[t].large = NULL;
-    g_amx[t].large_min_tokens = 0;
+    /* Q4_K, Q5_K: from FT_AMX_K4_MIN_TOKENS, the kernel with the scales in
+     * the integers (amx_qgemm_k4.c) */
+    g_amx[t].large = ft_amx_qgemm_k4(t);
+    g_amx[t].large_min_tokens = g_amx[t].large ? FT_AMX_K4_MIN_TOKENS : 0;
+    g_amx[t].large_own_floats = g_amx[t].large != NULL;
     if (!base->kernel_rw) {
         l->qgemm[t] = &g_amx[t];
         return;
