@@ -190,6 +190,15 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
             g->pack_w(w, w_row, g->tile_rows, k, from_rows);
             CHECKF(memcmp(from_rw, from_rows, g->w_tile_size(k)) == 0, "%s unpack_rw %s k=%lld: not pack_w's tile",
                    ft_isa_name(isa), ref->name, (long long)k);
+            /* and the large entry's unpack_rw its own pack_w's tile */
+            const struct ft_qgemm *L = g->large;
+            if (L && L->unpack_rw) {
+                L->unpack_rw(tile, k, from_rw);
+                L->pack_w(w, w_row, g->tile_rows, k, from_rows);
+                CHECKF(memcmp(from_rw, from_rows, L->w_tile_size(k)) == 0,
+                       "%s large unpack_rw %s k=%lld: not its pack_w's tile", ft_isa_name(isa), ref->name,
+                       (long long)k);
+            }
             free(from_rw);
             free(from_rows);
         }
@@ -329,9 +338,8 @@ static void check_level(enum ft_isa isa) {
         if (g->large) {
             const struct ft_qgemm *L = g->large;
             CHECK(L->type == t && L->act_type == g->act_type && L->tile_rows == g->tile_rows && !L->large);
-            /* weights repacked at load: the large entry unpacks them as g does */
-            CHECK(!g->kernel_rw || (L->w_tile_size == g->w_tile_size && L->pack_w == g->pack_w &&
-                                    L->unpack_rw == g->unpack_rw));
+            /* weights repacked at load: the large entry unpacks them into its tiles */
+            CHECK(!g->kernel_rw || (L->w_tile_size == g->w_tile_size && L->unpack_rw));
             CHECKF(!g->kernel_rw || g->large_min_tokens >= FT_RW_UNPACK_MIN_TOKENS,
                    "%s %s: the large entry would run on kernel_rw's path", ft_isa_name(isa), ft_type_name(t));
             CHECK(ft_qgemm_for_tokens(g, g->large_min_tokens - 1) == g && ft_qgemm_for_tokens(g, g->large_min_tokens) == L);
