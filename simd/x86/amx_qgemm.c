@@ -175,6 +175,11 @@ PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 4)
 PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
+/* IQ4_XS: Q8_K rows in 32-element blocks, for Q8_0's kernel (qgemm_pack.h) */
+static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 32, TT);
+}
+static size_t pack_a_iq4_xs_size(int64_t k) { return ft_qg_a_tile_bytes_q8_K_32(k, TT); }
 
 /* ---- the table ------------------------------------------------------------------------ */
 
@@ -220,4 +225,7 @@ void ft_amx_qgemm_fill(struct ft_level *l) {
     set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
     set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
     set(l, FT_TYPE_Q6_K, pack_a_q6_K, pack_a_q6_K_size, kernel_q6_K_fold);
+    set(l, FT_TYPE_IQ4_NL, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class);
+    set(l, FT_TYPE_MXFP4, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class);
+    set(l, FT_TYPE_IQ4_XS, pack_a_iq4_xs, pack_a_iq4_xs_size, kernel_q8_0_class);
 }
