@@ -83,10 +83,11 @@ static bool rw_in_place(const struct ft_weight *w, const struct ft_qgemm *g, int
 /* ggml multiplies the n activation rows of a matmul with its batch kernel
  * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
  * when n == 1 -- except for weights it repacks, which take rows in groups
- * of gemm_rows and the n % gemm_rows left over one by one. n and i are the
+ * of gemm_rows and the n % gemm_rows left over one by one, and IQ4_XS,
+ * whose batch kernel starts at gemm_min_rows. n and i are the
  * row's count and index in its sequence (struct ft_scratch). */
 static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
-    return n == 1 || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
+    return n == 1 || n < ti->gemm_min_rows || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
 }
 
 /* ---- scratch sizes ------------------------------------------------------------- */

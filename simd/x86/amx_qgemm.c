@@ -162,7 +162,7 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
         else                                                                                                   \
             amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, SIGNED, TT);                  \
     }
-KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0 (signed tiles) */
+KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, IQ4_XS (signed tiles) */
 KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0, 0)  /* Q4_1, Q5_1 */
 KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0, 0)   /* Q4_K, Q5_K */
 KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0, 0)   /* Q2_K */
@@ -200,6 +200,9 @@ SIGNED_TILES(Q4_0, 32, 8)
 SIGNED_TILES(Q5_0, 32, 16)
 SIGNED_TILES(Q3_K, 16, 4)
 SIGNED_TILES(Q6_K, 16, 32)
+SIGNED_TILES(IQ4_NL, 32, 128) /* table values XOR 0x80 (qgemm_pack.h) */
+SIGNED_TILES(MXFP4, 32, 128)
+SIGNED_TILES(IQ4_XS, 32, 128)
 
 /* Activation tiles: a group is a whole sub-block, 16 tokens; the X and D
  * values as avx512 makes them. */
@@ -216,6 +219,11 @@ PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 4)
 PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
+/* IQ4_XS: Q8_K rows in 32-element blocks, for Q8_0's kernel (qgemm_pack.h) */
+static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 32, TT);
+}
+static size_t pack_a_iq4_xs_size(int64_t k) { return ft_qg_a_tile_bytes_q8_K_32(k, TT); }
 
 /* ---- the table ------------------------------------------------------------------------ */
 
@@ -274,4 +282,7 @@ void ft_amx_qgemm_fill(struct ft_level *l) {
     set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
     set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
     set(l, FT_TYPE_Q6_K, pack_a_q6_K, pack_a_q6_K_size, kernel_q6_K_fold, pack_w_signed_Q6_K, unpack_rw_signed_Q6_K);
+    set(l, FT_TYPE_IQ4_NL, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_IQ4_NL, unpack_rw_signed_IQ4_NL);
+    set(l, FT_TYPE_MXFP4, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_MXFP4, unpack_rw_signed_MXFP4);
+    set(l, FT_TYPE_IQ4_XS, pack_a_iq4_xs, pack_a_iq4_xs_size, kernel_q8_0_class, pack_w_signed_IQ4_XS, unpack_rw_signed_IQ4_XS);
 }

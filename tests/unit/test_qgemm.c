@@ -61,8 +61,10 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-static const enum ft_type k_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0, FT_TYPE_Q5_1,
-                                       FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K};
+static const enum ft_type k_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1,   FT_TYPE_Q5_0,
+                                       FT_TYPE_Q5_1, FT_TYPE_Q2_K, FT_TYPE_Q3_K,   FT_TYPE_Q4_K,
+                                       FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS,
+                                       FT_TYPE_MXFP4};
 
 /* Random bytes with sane half-precision scales (no NaN/inf): every quant
  * and sub-block scale bit pattern appears. Offsets of the halves as in
@@ -74,7 +76,7 @@ static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
         x[i] = (uint8_t)rng_next();
     int off[2] = {-1, -1};
     switch (t) {
-    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: off[0] = 0; break;
+    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: case FT_TYPE_IQ4_NL: case FT_TYPE_IQ4_XS: off[0] = 0; break;
     case FT_TYPE_Q4_1: case FT_TYPE_Q5_1: case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
     case FT_TYPE_Q2_K: off[0] = 80; off[1] = 82; break;
     case FT_TYPE_Q3_K: off[0] = 108; break;
@@ -89,6 +91,9 @@ static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
                 const uint16_t h = ft_float_to_half(v);
                 memcpy(x + b * (int64_t)ti->type_size + off[j], &h, 2);
             }
+    if (t == FT_TYPE_MXFP4) /* E8M0 scales 2^-18 .. 2^-3 */
+        for (int64_t b = 0; b < nb; b++)
+            x[b * (int64_t)ti->type_size] = (uint8_t)(110 + rng_next() % 16);
 }
 
 /* A buffer of n bytes at an address that is 4 mod 64. */
