@@ -322,21 +322,24 @@ static int step_harmony(struct ft_reasoning_parser *p, bool final, bool *progres
         if (!h->n)
             return FT_OK;
         const char *m = memmem(h->s, h->n, h_message, sizeof(h_message) - 1);
+        /* Headers are "<|start|>assistant", "<|channel|>..." and " to=...":
+         * anything else means the model wrote no markup. Judged on the
+         * header alone (without a partial <|message|>), so that it is the
+         * same verdict however the text was cut. */
+        const size_t hl = m ? (size_t)(m - h->s) : h->n - partial_suffix(h->s, h->n, h_message);
+        if ((h->s[0] != '<' && h->s[0] != ' ') || memchr(h->s, '\n', hl) || hl > HEADER_MAX) {
+            p->state = H_PLAIN;
+            *progress = true;
+            return FT_OK;
+        }
         if (m) {
-            const size_t i = (size_t)(m - h->s);
-            int rc = harmony_header(p, h->s, i);
-            buf_drop(h, i + sizeof(h_message) - 1);
+            int rc = harmony_header(p, h->s, hl);
+            buf_drop(h, hl + sizeof(h_message) - 1);
             *progress = true;
             return rc;
         }
-        /* Headers are "<|start|>assistant", "<|channel|>..." and " to=...":
-         * anything else means the model wrote no markup. */
-        if ((h->s[0] != '<' && h->s[0] != ' ') || memchr(h->s, '\n', h->n) || h->n > HEADER_MAX) {
-            p->state = H_PLAIN;
-            *progress = true;
-        } else if (final) {
+        if (final)
             buf_clear(h); /* a header without a message: nothing to say */
-        }
         return FT_OK;
     }
     size_t tl;
