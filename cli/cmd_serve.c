@@ -86,7 +86,7 @@ static int read_key_file(const char *path, struct key_set *ks) {
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
                *metrics_compat = NULL, *otlp = NULL, *kv_events = NULL, *kv_events_replay = NULL,
-               *kv_events_topic = "", *kv_events_format = "map";
+               *kv_events_topic = "", *kv_events_format = "map", *reasoning_format = "auto";
     int port = 8080, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20, max_queue = 64,
         timeout = 120, shutdown_timeout = 30, request_timeout = 0, max_conns = 4096;
     struct ft_cli_model_flags mf = FT_CLI_MODEL_FLAGS_DEFAULT;
@@ -142,6 +142,9 @@ int ft_cmd_serve(int argc, char **argv) {
         {NULL, "--chat-template", FT_OPT_STR, &tmpl, "FILE|NAME",
          "Jinja chat template file, or a built-in template (" FT_CHAT_TEMPLATE_BUILTIN_NAMES
          "), to use instead of the model's"},
+        {NULL, "--reasoning-format", FT_OPT_STR, &reasoning_format, "FMT",
+         "auto (default) or deepseek: a reasoning model's thinking (<think>, gpt-oss's analysis channel) comes "
+         "back as reasoning_content; none: in content as written. A request's reasoning_format wins"},
         {NULL, "--max-body-size", FT_OPT_INT, &max_body, "BYTES", "largest request body (default 8388608)"},
         {NULL, "--max-queue", FT_OPT_INT, &max_queue, "N", "requests waiting at most; more get 503 (default 64)"},
         {NULL, "--timeout", FT_OPT_INT, &timeout, "S",
@@ -211,6 +214,11 @@ int ft_cmd_serve(int argc, char **argv) {
     }
     if (shutdown_timeout < 0 || shutdown_timeout > 86400) {
         fprintf(stderr, "ft serve: --shutdown-timeout must be in 0..86400 seconds (got %d)\n", shutdown_timeout);
+        return 2;
+    }
+    enum ft_reasoning_format reasoning = FT_REASONING_FORMAT_AUTO;
+    if (ft_reasoning_format_parse(reasoning_format, &reasoning)) {
+        fprintf(stderr, "ft serve: --reasoning-format must be none, auto or deepseek (got '%s')\n", reasoning_format);
         return 2;
     }
     if (strcmp(log_format, "text") != 0 && strcmp(log_format, "json") != 0) {
@@ -310,6 +318,7 @@ int ft_cmd_serve(int argc, char **argv) {
         .log_json = !strcmp(log_format, "json"),
         .chat_template = tmpl,
         .special_tokens_in_messages = special_in_messages,
+        .reasoning_format = reasoning,
         .max_body = (size_t)max_body,
         .max_queue = max_queue,
         .timeout_s = timeout,

@@ -1,5 +1,7 @@
 /* Model, chat template and scheduler for the server (http/backend.h). */
 #include "backend.h"
+
+#include "reasoning.h"
 #include "chat_prompt.h"
 
 #include "ft/common.h"
@@ -186,6 +188,12 @@ static int load_template(struct ft_backend *b, const struct ft_server_config *cf
         return rc;
     }
     ft_chat_tool_caps_probe(b->tmpl, b->bos_text, b->eos_text, &b->tool_caps);
+    size_t src_len = 0;
+    const char *src = ft_chat_template_source(b->tmpl, &src_len);
+    b->reasoning_syntax = ft_reasoning_syntax_detect(src, src_len);
+    if (b->reasoning_syntax != FT_REASONING_SYNTAX_NONE)
+        FT_LOG_I("reasoning: the template's syntax is %s (reasoning_content, --reasoning-format %s)",
+                 ft_reasoning_syntax_name(b->reasoning_syntax), ft_reasoning_format_name(b->reasoning_format));
     ft_clear_error();
     return FT_OK;
 }
@@ -209,6 +217,7 @@ int ft_backend_load(const struct ft_server_config *cfg, ft_event_fn on_event, vo
     b->tok = ft_model_tokenizer(b->model);
     b->n_vocab = ft_model_hparams(b->model)->n_vocab;
     b->special_in_messages = cfg->special_tokens_in_messages;
+    b->reasoning_format = cfg->reasoning_format;
     b->bos_text = dup_piece(b->tok, ft_tokenizer_bos(b->tok));
     b->eos_text = dup_piece(b->tok, ft_tokenizer_eos(b->tok));
     if (!b->bos_text || !b->eos_text) {
@@ -298,8 +307,12 @@ static int render_ctx(const struct ft_backend *b, const cJSON *ctx, char **text,
 int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_request *r, char **text, size_t *len,
                            struct ft_api_error *err) {
     cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
-    if (!ctx)
+    if (!ctx || !ft_reasoning_context(ctx, r, b->reasoning_syntax)) {
+        cJSON_Delete(ctx);
+        if (ctx)
+            ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
         return -1;
+    }
     const int rc = render_ctx(b, ctx, text, len, err);
     cJSON_Delete(ctx);
     return rc;
@@ -308,14 +321,20 @@ int ft_backend_render_chat(const struct ft_backend *b, const struct ft_api_reque
 /* Control tokens come from the template only, unless the server was
  * started with --special-tokens-in-messages (the behaviour of llama-server
  * and vLLM: message text may hold them). */
-static int render_chat(const struct ft_backend *b, const struct ft_api_request *r, int32_t **ids, size_t *n,
+static int render_chat(const struct ft_backend *b, struct ft_api_request *r, int32_t **ids, size_t *n,
                        struct ft_api_error *err) {
     cJSON *ctx = ft_chat_context_build(r, &b->tool_caps, b->bos_text, b->eos_text, err);
-    if (!ctx)
+    if (!ctx || !ft_reasoning_context(ctx, r, b->reasoning_syntax)) {
+        cJSON_Delete(ctx);
+        if (ctx)
+            ft_api_error_set(err, 500, NULL, "server_error", "out of memory");
         return -1;
+    }
     char *text = NULL;
     size_t len = 0;
     int rc = render_ctx(b, ctx, &text, &len, err);
+    if (!rc) /* QwQ and R1 open <think> in the generation prompt */
+        r->reasoning_opens = ft_reasoning_prompt_opens(b->reasoning_syntax, text, len);
     if (!rc)
         rc = b->special_in_messages ? tokenize_or_fail(b, text, len, false, ids, n, err)
                                     : ft_chat_prompt_tokens(b->tmpl, b->tok, ctx, text, len, ids, n, err);
@@ -343,7 +362,7 @@ static int render_chat(const struct ft_backend *b, const struct ft_api_request *
 /* The prompt tokens for a parsed request: the chat template rendered and
  * tokenized, or the completion prompt (text tokenized, or token ids).
  * *out is malloc'd. */
-static int prompt_tokens(const struct ft_backend *b, const struct ft_api_request *r, int32_t **out, int32_t *n_out,
+static int prompt_tokens(const struct ft_backend *b, struct ft_api_request *r, int32_t **out, int32_t *n_out,
                          struct ft_api_error *err) {
     int32_t *ids = NULL;
     size_t n = 0;

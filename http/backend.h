@@ -9,6 +9,7 @@
 
 #include "ft/chat_template.h"
 #include "ft/model.h"
+#include "ft/reasoning.h"
 #include "ft/scheduler.h"
 #include "ft/server.h"
 
@@ -27,6 +28,8 @@ struct ft_backend {
     int32_t n_parallel; /* sequences at once, after the memory cap */
     int32_t n_vocab;
     bool special_in_messages; /* --special-tokens-in-messages: message text may hold control tokens */
+    enum ft_reasoning_syntax reasoning_syntax; /* the template's (engine/include/ft/reasoning.h) */
+    enum ft_reasoning_format reasoning_format; /* --reasoning-format: the requests' default */
 };
 
 /* Load the model, pick and trial-render the chat template (--chat-template

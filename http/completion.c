@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "conn.h"
 #include "logprobs_json.h"
+#include "reasoning.h"
 #include "server_internal.h"
 #include "sse.h"
 
@@ -50,8 +51,11 @@ static void push_logprob(struct ft_generation *r, struct ft_generation_choice *c
     ch->lp[ch->n_lp++] = *lp;
 }
 
+static void reasoning_flush(struct ft_generation *r, int32_t c);
+
 /* Streaming: choice c's chunk with its finish_reason, once. */
 void ft_completion_finish_choice(struct ft_generation *r, int32_t c, enum ft_finish_reason finish) {
+    reasoning_flush(r, c);
     if (!r->conn || r->choices[c].finished)
         return;
     r->choices[c].finished = true;
@@ -60,18 +64,11 @@ void ft_completion_finish_choice(struct ft_generation *r, int32_t c, enum ft_fin
     free(chunk);
 }
 
-/* A piece of choice c's text; a streamed chunk carries the logprobs of the
- * tokens sampled since the last one (a token whose text is held back, as
- * part of a UTF-8 character or of a possible stop string, goes with the
- * chunk that releases text after it, or with the finish chunk). A choice's
- * finish chunk goes out as soon as it ends, while the others go on. */
-void ft_completion_piece(struct ft_generation *r, int32_t c, const char *text, size_t len,
-                         const struct ft_token_logprob *lp, enum ft_finish_reason finish) {
-    if (c < 0 || c >= r->api.n)
-        return;
+/* A piece of choice c's content: streamed (with tools, a possible call
+ * held back) or gathered; on its last piece, the finish chunk. */
+static void piece_text(struct ft_generation *r, int32_t c, const char *text, size_t len,
+                       enum ft_finish_reason finish) {
     struct ft_generation_choice *ch = &r->choices[c];
-    if (lp && r->api.logprobs)
-        push_logprob(r, ch, lp);
     if (!r->api.stream) {
         evbuffer_add(ch->text, text, len);
         return;
@@ -101,6 +98,76 @@ void ft_completion_piece(struct ft_generation *r, int32_t c, const char *text, s
         ft_completion_finish_choice(r, c, finish);
 }
 
+/* What choice c's reasoning parser released: the reasoning first (a
+ * delta.reasoning_content chunk, or gathered for the body), then the
+ * content on the usual way. */
+static void reasoning_emit(struct ft_generation *r, int32_t c) {
+    struct ft_reasoning_choice *rc = &r->reasoning->choices[c];
+    const struct ft_reasoning_parser *p = &rc->parser;
+    if (p->reasoning.n) {
+        if (!r->api.stream) {
+            const size_t need = rc->text.n + p->reasoning.n + 1;
+            if (need > rc->text.cap) {
+                char *q = realloc(rc->text.s, need * 2);
+                if (!q) {
+                    r->oom = true;
+                    return;
+                }
+                rc->text.s = q;
+                rc->text.cap = need * 2;
+            }
+            memcpy(rc->text.s + rc->text.n, p->reasoning.s, p->reasoning.n);
+            rc->text.n += p->reasoning.n;
+            rc->text.s[rc->text.n] = '\0';
+        } else if (r->conn) {
+            char *chunk = ft_resp_chunk_reasoning(&r->ctx, c, p->reasoning.s, p->reasoning.n, take_logprobs(r, c));
+            ft_sse_send(r->conn, chunk); /* on failure ft_generation_on_gone has run */
+            free(chunk);
+        }
+    }
+    if (p->content.n)
+        piece_text(r, c, p->content.s, p->content.n, FT_FINISH_NONE);
+}
+
+/* The end of choice c's answer: what its parser held back goes out. */
+static void reasoning_flush(struct ft_generation *r, int32_t c) {
+    if (!r->reasoning || c < 0 || c >= r->reasoning->n || r->reasoning->choices[c].flushed)
+        return;
+    r->reasoning->choices[c].flushed = true;
+    if (ft_reasoning_finish(&r->reasoning->choices[c].parser)) {
+        r->oom = true;
+        return;
+    }
+    reasoning_emit(r, c);
+}
+
+/* A piece of choice c's text; a streamed chunk carries the logprobs of the
+ * tokens sampled since the last one (a token whose text is held back, as
+ * part of a UTF-8 character or of a possible stop string, goes with the
+ * chunk that releases text after it, or with the finish chunk). A choice's
+ * finish chunk goes out as soon as it ends, while the others go on. With a
+ * reasoning syntax the text goes through the choice's parser first. */
+void ft_completion_piece(struct ft_generation *r, int32_t c, const char *text, size_t len,
+                         const struct ft_token_logprob *lp, enum ft_finish_reason finish) {
+    if (c < 0 || c >= r->api.n)
+        return;
+    if (lp && r->api.logprobs)
+        push_logprob(r, &r->choices[c], lp);
+    if (!r->reasoning) {
+        piece_text(r, c, text, len, finish);
+        return;
+    }
+    if (ft_reasoning_feed(&r->reasoning->choices[c].parser, text, len)) {
+        r->oom = true;
+        return;
+    }
+    reasoning_emit(r, c);
+    if (finish == FT_FINISH_STOP || finish == FT_FINISH_LENGTH) {
+        reasoning_flush(r, c);
+        piece_text(r, c, "", 0, finish);
+    }
+}
+
 /* The non-streaming body: every choice's text, finish reason and logprobs. */
 char *ft_completion_body(struct ft_generation *r, const struct ft_request_metrics *m,
                          const struct ft_request_metrics *metrics) {
@@ -108,10 +175,15 @@ char *ft_completion_body(struct ft_generation *r, const struct ft_request_metric
     if (!cs)
         return NULL;
     for (int32_t i = 0; i < r->api.n; i++) {
+        reasoning_flush(r, i);
         const size_t len = evbuffer_get_length(r->choices[i].text);
         evbuffer_add(r->choices[i].text, "", 1);
         const char *t = (const char *)evbuffer_pullup(r->choices[i].text, -1);
-        cs[i] = (struct ft_resp_choice){t ? t : "", t ? len : 0, r->er.choice_finish[i], take_logprobs(r, i)};
+        cs[i] = (struct ft_resp_choice){t ? t : "", t ? len : 0, r->er.choice_finish[i], take_logprobs(r, i), NULL, 0};
+        if (r->reasoning && r->reasoning->choices[i].text.n) {
+            cs[i].reasoning = r->reasoning->choices[i].text.s;
+            cs[i].reasoning_len = r->reasoning->choices[i].text.n;
+        }
     }
     char *body = r->oom ? NULL : ft_resp_completion(&r->ctx, cs, r->api.n, m, metrics);
     if (r->oom)
@@ -153,8 +225,9 @@ const char *ft_completion_tools(struct ft_generation *r, const struct ft_request
     struct ft_server *s = r->srv;
     const char *const *names = (const char *const *)r->api.tool_names;
     const size_t max_calls = r->api.parallel_tool_calls ? 0 : 1;
-    struct ft_tool_parse p;
+    struct ft_tool_parse p = {0};
     int rc;
+    reasoning_flush(r, 0);
     if (r->api.stream) {
         rc = ft_tool_stream_finish(&r->ts, names, (size_t)r->api.n_tools, max_calls, &p);
     } else {
@@ -166,8 +239,14 @@ const char *ft_completion_tools(struct ft_generation *r, const struct ft_request
                                         max_calls, &p)
                   : FT_ENOMEM;
     }
-    if (rc)
+    /* gpt-oss writes its calls in harmony headers, which the reasoning
+     * parser read (the text it passed on is content). */
+    if (!rc && r->reasoning)
+        rc = ft_reasoning_take_calls(r->reasoning, names, (size_t)r->api.n_tools, max_calls, &p);
+    if (rc) {
+        ft_tool_parse_free(&p);
         return NULL;
+    }
     char (*ids)[32] = p.n_calls ? calloc(p.n_calls, sizeof(*ids)) : NULL;
     const char **idp = p.n_calls ? calloc(p.n_calls, sizeof(*idp)) : NULL;
     if (p.n_calls && (!ids || !idp)) {
@@ -204,8 +283,11 @@ const char *ft_completion_tools(struct ft_generation *r, const struct ft_request
         free(c);
     } else if (r->conn) {
         /* The generic format's {"response": ...} comes back as the content. */
-        const struct ft_resp_choice content = {p.content, strlen(p.content), finish, NULL};
-        char *body = p.n_calls ? ft_resp_completion_tools(&r->ctx, &p, idp, usage, metrics)
+        const char *reasoning = r->reasoning && r->reasoning->choices[0].text.n ? r->reasoning->choices[0].text.s
+                                                                                 : NULL;
+        const struct ft_resp_choice content = {p.content, strlen(p.content), finish, NULL, reasoning,
+                                               reasoning ? r->reasoning->choices[0].text.n : 0};
+        char *body = p.n_calls ? ft_resp_completion_tools(&r->ctx, &p, idp, reasoning, usage, metrics)
                                : ft_resp_completion(&r->ctx, &content, 1, usage, metrics);
         if (!body)
             reason = NULL;

@@ -28,6 +28,7 @@
 #include "errors.h"
 #include "otlp.h"
 #include "prometheus.h"
+#include "reasoning.h"
 #include "request_ring.h"
 #include "server_internal.h"
 #include "sse.h"
@@ -127,6 +128,7 @@ static void generation_free(struct ft_generation *r) {
         free(r->choices);
     }
     ft_tool_stream_free(&r->ts);
+    ft_reasoning_answer_free(r->reasoning);
     ft_api_request_free(&r->api);
     free(r);
 }
@@ -430,6 +432,7 @@ void ft_generation_handle(struct ft_server *s, struct ft_conn *conn, const struc
         return;
     }
     bool oom = !(r->choices = calloc((size_t)r->api.n, sizeof(*r->choices)));
+    r->reasoning = oom ? NULL : ft_reasoning_answer_new(b->reasoning_syntax, b->reasoning_format, &r->api, &oom);
     for (int32_t i = 0; !oom && i < r->api.n; i++)
         oom = !(r->choices[i].text = evbuffer_new());
     if (oom) {

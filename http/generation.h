@@ -17,6 +17,7 @@
 struct evbuffer;
 struct ft_conn;
 struct ft_embd_request;
+struct ft_reasoning_answer;
 struct ft_http_request;
 struct ft_server;
 
@@ -49,6 +50,8 @@ struct ft_generation {
     struct ft_generation_choice *choices; /* api.n of them */
     bool tools;                           /* the answer is parsed for tool calls (ft_chat_tools_active; then n is 1) */
     struct ft_tool_stream ts;             /* streaming with tools: content passed on, a call held back */
+    struct ft_reasoning_answer *reasoning; /* chat with a reasoning syntax: reasoning apart from content
+                                              (http/reasoning.h); NULL otherwise */
     struct ft_generation *prev, *next;    /* srv->inflight */
 
     /* Guarded by srv->lock: pieces of text as [struct piece][bytes][NUL]. */

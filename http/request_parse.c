@@ -1,6 +1,8 @@
 /* OpenAI request bodies to struct ft_api_request (http/request_parse.h). */
 #include "request_parse.h"
 
+#include "reasoning.h"
+
 #include "ft/common.h"
 #include "ft/tokenizer.h"
 
@@ -27,6 +29,7 @@ void ft_api_request_free(struct ft_api_request *r) {
     free(r->model);
     for (int32_t i = 0; i < r->n_messages; i++) {
         free(r->messages[i].content);
+        free(r->messages[i].reasoning_content);
         ft_api_message_tools_free(&r->messages[i]);
     }
     free(r->messages);
@@ -664,7 +667,7 @@ static int parse_fields(const cJSON *root, enum ft_api_endpoint ep, int32_t n_vo
     }
     if (ep == FT_API_CHAT ? parse_messages(root, r, err) : parse_prompt(root, n_vocab, r, err))
         return -1;
-    if (ep == FT_API_CHAT && ft_api_parse_tools(root, r, err))
+    if (ep == FT_API_CHAT && (ft_api_parse_tools(root, r, err) || ft_api_parse_reasoning(root, r, err)))
         return -1;
 
     int64_t i;

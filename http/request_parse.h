@@ -13,6 +13,7 @@
 #define FT_HTTP_REQUEST_PARSE_H
 
 #include "ft/grammar.h"
+#include "ft/reasoning.h"
 #include "ft/sampler.h"
 #include "ft/tool_calls.h"
 
@@ -57,6 +58,7 @@ struct ft_api_message {
     int32_t n_tool_calls;
     char *tool_call_id; /* tool: the call this is the result of */
     char *name;         /* tool: the function's name, when given */
+    char *reasoning_content; /* assistant: its reasoning (http/reasoning.c), NULL when not given */
 };
 
 enum ft_api_tool_choice {
@@ -116,6 +118,14 @@ struct ft_api_request {
     float *bias_text_value;
     int32_t n_bias_text;
     int32_t min_tokens; /* vLLM's: no end of generation or stop string before this many tokens */
+    /* Reasoning (http/reasoning.c): llama-server's reasoning_format (the
+     * server's --reasoning-format when not set), chat_template_kwargs'
+     * enable_thinking false, and, set by the backend when it renders the
+     * prompt, whether the prompt leaves the answer inside the reasoning. */
+    bool reasoning_format_set;
+    enum ft_reasoning_format reasoning_format;
+    bool thinking_off;
+    bool reasoning_opens;
 };
 
 /* What is wrong with a request: HTTP status (400), the offending parameter

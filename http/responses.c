@@ -183,6 +183,31 @@ char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *tex
     return chunk(c, index, NULL, text, len, NULL, logprobs);
 }
 
+char *ft_resp_chunk_reasoning(const struct ft_resp_ctx *c, int index, const char *text, size_t len,
+                              cJSON *logprobs) {
+    cJSON *o = envelope(c, true);
+    cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
+    if (!choices) {
+        cJSON_Delete(logprobs);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    enum text_added added = TEXT_PLAIN;
+    cJSON *ch = chunk_choice(c, index, NULL, NULL, 0, NULL, logprobs, &added);
+    cJSON *delta = ch ? cJSON_GetObjectItemCaseSensitive(ch, "delta") : NULL;
+    if (delta)
+        added = add_text(delta, "reasoning_content", text, len);
+    if (!delta || added == TEXT_OOM) {
+        cJSON_Delete(ch);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddItemToArray(choices, ch);
+    if (c->include_usage)
+        cJSON_AddNullToObject(o, "usage");
+    return print_text_free(o, added == TEXT_WITH_NUL);
+}
+
 char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs) {
     return chunk(c, index, NULL, c->endpoint == FT_API_CHAT ? NULL : "", 0, ft_resp_finish_reason(finish), logprobs);
 }
@@ -220,6 +245,11 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
             if (msg) {
                 cJSON_AddStringToObject(msg, "role", "assistant");
                 added = add_text(msg, "content", choices[i].text, choices[i].len);
+                if (choices[i].reasoning_len && added != TEXT_OOM) {
+                    /* llama-server's and vLLM's field, only when there is reasoning */
+                    has_nul |= added == TEXT_WITH_NUL;
+                    added = add_text(msg, "reasoning_content", choices[i].reasoning, choices[i].reasoning_len);
+                }
                 cJSON_AddNullToObject(msg, "refusal");
             }
         } else {
@@ -281,7 +311,8 @@ static cJSON *tool_call_json(int index, const char *id, const char *name, const 
 }
 
 char *ft_resp_completion_tools(const struct ft_resp_ctx *c, const struct ft_tool_parse *p, const char *const *ids,
-                               const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics) {
+                               const char *reasoning, const struct ft_request_metrics *usage,
+                               const struct ft_request_metrics *metrics) {
     cJSON *o = envelope(c, false);
     cJSON *choices = o ? cJSON_AddArrayToObject(o, "choices") : NULL;
     cJSON *ch = choices ? cJSON_CreateObject() : NULL;
@@ -298,6 +329,8 @@ char *ft_resp_completion_tools(const struct ft_resp_ctx *c, const struct ft_tool
             cJSON_AddStringToObject(msg, "content", p->content);
         else
             cJSON_AddNullToObject(msg, "content");
+        if (reasoning && reasoning[0])
+            cJSON_AddStringToObject(msg, "reasoning_content", reasoning);
         cJSON *calls = cJSON_AddArrayToObject(msg, "tool_calls");
         for (size_t i = 0; calls && i < p->n_calls; i++)
             cJSON_AddItemToArray(calls, tool_call_json((int)i, ids[i], p->calls[i].name, p->calls[i].arguments, false));

@@ -37,6 +37,8 @@ struct ft_resp_choice {
     size_t len;
     enum ft_finish_reason finish;
     cJSON *logprobs;
+    const char *reasoning; /* chat: message.reasoning_content, reasoning_len bytes; written when not empty */
+    size_t reasoning_len;
 };
 
 /* All return malloc'd JSON text (NULL on allocation failure). A `logprobs`
@@ -49,6 +51,9 @@ char *ft_resp_completion(const struct ft_resp_ctx *c, const struct ft_resp_choic
 char *ft_resp_chunk_role(const struct ft_resp_ctx *c, int index);
 /* A chunk of choice `index` with text (delta.content or text). */
 char *ft_resp_chunk_text(const struct ft_resp_ctx *c, int index, const char *text, size_t len, cJSON *logprobs);
+/* A chat chunk of choice `index` with delta.reasoning_content. */
+char *ft_resp_chunk_reasoning(const struct ft_resp_ctx *c, int index, const char *text, size_t len,
+                              cJSON *logprobs);
 /* The chunk with the choice's finish_reason and an empty delta (and the
  * logprobs of tokens whose text never came, such as an end-of-turn token). */
 char *ft_resp_chunk_finish(const struct ft_resp_ctx *c, int index, enum ft_finish_reason finish, cJSON *logprobs);
@@ -57,9 +62,11 @@ char *ft_resp_chunk_final(const struct ft_resp_ctx *c, const struct ft_request_m
                           const struct ft_request_metrics *metrics);
 /* Chat answers that call tools: message.content (null when empty) and
  * message.tool_calls [{id, type, function: {name, arguments}}] with ids[i]
- * for p->calls[i], finish_reason "tool_calls". */
+ * for p->calls[i], message.reasoning_content when reasoning is not NULL or
+ * empty, finish_reason "tool_calls". */
 char *ft_resp_completion_tools(const struct ft_resp_ctx *c, const struct ft_tool_parse *p, const char *const *ids,
-                               const struct ft_request_metrics *usage, const struct ft_request_metrics *metrics);
+                               const char *reasoning, const struct ft_request_metrics *usage,
+                               const struct ft_request_metrics *metrics);
 /* A chunk with delta.tool_calls [{index, ...}]: the first for a call carries
  * id, type and function.name (arguments ""), later ones only
  * function.arguments (id and name NULL). */

@@ -267,9 +267,25 @@ static inline float round_to_half(float x) {
  * over large values, where ggml returns inf; in that case only, we redo the
  * row with an f32 accumulator. The accumulator is kept as floats that
  * always hold fp16 values (round_to_half). */
+/* An attention sink (gpt-oss): a logit `sink` that takes its share of the
+ * softmax and adds no value, applied as ggml's flash attention applies it
+ * after the keys: acc and the sum s (running max m) are rescaled when the
+ * sink is the new max. Returns the new sum. */
+static FMA_CLONES float sink_apply(float sink, float m, float s, float *acc, int64_t dv) {
+    float ms = 1.0f, vs = 1.0f;
+    if (sink > m) {
+        ms = expf(m - sink);
+        for (int64_t d = 0; d < dv; d++)
+            acc[d] *= ms;
+    } else {
+        vs = expf(sink - m);
+    }
+    return fmaf(s, ms, vs); /* S = S*ms + vs, contracted in ggml */
+}
+
 static FMA_CLONES void attention_online(const float *q, int64_t dk, int64_t dv, float scale,
                                         const struct ft_attn_kv *kv, int32_t p0, int32_t p1, float *out,
-                                        float *scratch, bool f16_first) {
+                                        float *scratch, bool f16_first, const float *sink) {
     float *qh = scratch;       /* dk: Q rounded to fp16 */
     float *acc = scratch + dk; /* dv */
     for (int64_t d = 0; d < dk; d++)
@@ -308,6 +324,8 @@ static FMA_CLONES void attention_online(const float *q, int64_t dk, int64_t dv, 
         }
         if (f16_acc && overflow)
             continue;
+        if (sink) /* ggml: one more logit in the sum, in f32 after the accumulator */
+            s = sink_apply(*sink, m, s, acc, dv);
         const float inv = s == 0.0f ? 0.0f : 1.0f / s;
         for (int64_t d = 0; d < dv; d++)
             out[d] = acc[d] * inv;
@@ -317,12 +335,17 @@ static FMA_CLONES void attention_online(const float *q, int64_t dk, int64_t dv, 
 
 void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv, int32_t p0,
                       int32_t p1, float *out, float *scratch) {
-    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, true);
+    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, true, NULL);
+}
+
+void ft_attention_sink_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                           int32_t p0, int32_t p1, float sink, float *out, float *scratch) {
+    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, true, &sink);
 }
 
 void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                              int32_t p0, int32_t p1, float *out, float *scratch) {
-    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, false);
+    attention_online(q, dk, dv, scale, kv, p0, p1, out, scratch, false, NULL);
 }
 
 /* ggml_compute_forward_flash_attn_ext_tiled, what llama.cpp runs for 64 or
@@ -335,9 +358,9 @@ void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale
  *   element gets p[k] * v[k] added with FMA over the tile in order.
  *   Masked keys score -inf (p = 0), which leaves the FMA chain unchanged,
  *   so they are skipped. */
-FMA_CLONES void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale,
+static FMA_CLONES void attention_tiled(const float *q, int64_t dk, int64_t dv, float scale,
                                        const struct ft_attn_kv *kv, int32_t p0, int32_t p1, float *out,
-                                       float *scratch) {
+                                       float *scratch, const float *sink) {
     float *p = scratch; /* FT_ATTN_TILE */
     for (int64_t d = 0; d < dv; d++)
         out[d] = 0.0f;
@@ -380,9 +403,33 @@ FMA_CLONES void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, f
                 out[d] = fmaf(ft_half_to_float(vr[d]), p[k], out[d]);
         }
     }
+    if (sink)
+        s = sink_apply(*sink, m, s, out, dv);
     const float inv = s == 0.0f ? 0.0f : 1.0f / s;
     for (int64_t d = 0; d < dv; d++)
         out[d] *= inv;
+}
+
+void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                            int32_t p0, int32_t p1, float *out, float *scratch) {
+    attention_tiled(q, dk, dv, scale, kv, p0, p1, out, scratch, NULL);
+}
+
+void ft_attention_tiled_sink_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                                 int32_t p0, int32_t p1, float sink, float *out, float *scratch) {
+    attention_tiled(q, dk, dv, scale, kv, p0, p1, out, scratch, &sink);
+}
+
+void ft_attention_sink_finish(float sink, float m, float s, float *acc, int64_t dv, float *out) {
+    if (m == -INFINITY) { /* no key: the sink takes everything */
+        for (int64_t d = 0; d < dv; d++)
+            out[d] = 0.0f;
+        return;
+    }
+    s = sink_apply(sink, m, s, acc, dv);
+    const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = acc[d] * inv;
 }
 
 void ft_attention_rows_ref(const struct ft_attn_rows *a, int64_t dk, int64_t dv, float scale,

@@ -352,4 +352,97 @@ __attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, si
     FT_QG_PACK_W_ONE(prefix, tr, W, q6_K, 16, 0, FT_QK_K, ft_qg_scales_q6_K)
 #define FT_QG_PACK_W_PORTABLE(prefix, tr) FT_QG_PACK_W_PORTABLE_WIDTH(prefix, tr, 4)
 
+/* ---- lookup-table types (IQ4_NL, IQ4_XS, MXFP4) -------------------------------
+ * Their quants are table values (IQ4: -127..113, MXFP4: -12..12), so the
+ * tile holds them as Q8_0's do and the level's Q8_0 kernel multiplies them:
+ * the signed value XOR bias, bias 0x80 where Q8_0's tile is q + 128 (x86,
+ * offset 128 in pack_a) and 0 where it keeps signed bytes (NEON, offset 0).
+ * One sub-block of 32 per scale, also for IQ4_XS (S = d * (ls - 32)); its
+ * Q8_K activations go into 32-element activation blocks
+ * (ft_qg_pack_a_q8_K_32), so the Q8_0 kernel's shape fits all three. */
+
+/* Elements 4j..4j+3 of a 32-element block of nibbles qs (laid out as
+ * Q4_0) looked up in kv, XOR bias, as one little-endian word. */
+static inline uint32_t ft_qg_lut_group(const int8_t *kv, const uint8_t *qs, int j, uint8_t bias) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t q = j < 4 ? qs[4 * j + i] & 0x0f : qs[4 * (j - 4) + i] >> 4;
+        v |= (uint32_t)((uint8_t)kv[q] ^ bias) << (8 * i);
+    }
+    return v;
+}
+
+static const int8_t ft_qg_kv_iq4nl[16] = FT_KVALUES_IQ4NL;
+static const int8_t ft_qg_kv_mxfp4[16] = FT_KVALUES_MXFP4;
+
+static inline void ft_qg_scales_mxfp4(const uint8_t *blk, float *S, float *M) {
+    (void)M;
+    S[0] = ft_e8m0_to_fp32_half(blk[0]);
+}
+static inline void ft_qg_scales_iq4_xs(const uint8_t *blk, float *S, float *M) {
+    (void)M;
+    const ft_block_iq4_xs *b = (const void *)blk;
+    const float d = ft_half_to_float(b->d);
+    for (int s = 0; s < 8; s++)
+        S[s] = d * (float)(ft_iq4_xs_scale(b, s) - 32);
+}
+
+#define FT_QG_PACK_W_LUT(prefix, tr, W, BIAS)                                                                   \
+    static inline uint32_t prefix##g_iq4_nl(int c, const uint8_t *blk, int j) {                                 \
+        (void)c;                                                                                                \
+        return ft_qg_lut_group(ft_qg_kv_iq4nl, blk + 2, j, BIAS);                                               \
+    }                                                                                                           \
+    static inline uint32_t prefix##g_mxfp4(int c, const uint8_t *blk, int j) {                                  \
+        (void)c;                                                                                                \
+        return ft_qg_lut_group(ft_qg_kv_mxfp4, blk + 1, j, BIAS);                                               \
+    }                                                                                                           \
+    static inline uint32_t prefix##g_iq4_xs(int c, const uint8_t *blk, int j) {                                 \
+        (void)c;                                                                                                \
+        return ft_qg_lut_group(ft_qg_kv_iq4nl, blk + 8 + 16 * (j / 8), j % 8, BIAS);                           \
+    }                                                                                                           \
+    static void prefix##iq4_nl(const void *w, size_t wr, int n, int64_t k, void *t) {                          \
+        ft_qg_pack_w_width(w, wr, n, k, t, tr, 32, 0, 32, sizeof(ft_block_iq4_nl), prefix##g_iq4_nl,            \
+                           ft_qg_scales_d0, W);                                                                 \
+    }                                                                                                           \
+    static void prefix##mxfp4(const void *w, size_t wr, int n, int64_t k, void *t) {                           \
+        ft_qg_pack_w_width(w, wr, n, k, t, tr, 32, 0, 32, sizeof(ft_block_mxfp4), prefix##g_mxfp4,              \
+                           ft_qg_scales_mxfp4, W);                                                              \
+    }                                                                                                           \
+    static void prefix##iq4_xs(const void *w, size_t wr, int n, int64_t k, void *t) {                          \
+        ft_qg_pack_w_width(w, wr, n, k, t, tr, 32, 0, FT_QK_K, sizeof(ft_block_iq4_xs), prefix##g_iq4_xs,       \
+                           ft_qg_scales_iq4_xs, W);                                                             \
+    }
+
+/* n_tok rows of Q8_K into an activation tile of 32-element blocks (G = ABLK
+ * = 32, X = -offset * sum): each Q8_K block is 8 such blocks sharing its
+ * float d, so the sums the kernel makes are IQ4_XS's, regrouped. */
+static inline void ft_qg_pack_a_q8_K_32(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, int offset,
+                                        const int W, const int TT) {
+    const size_t ab = ft_qg_ab_bytes_tt(32, 32, TT);
+    uint8_t *out = tile;
+    for (int64_t b = 0; b < k / 32; b++, out += ab) {
+        float *D = (float *)(void *)(out + 32 * TT);
+        uint8_t *X = out + 32 * TT + 4 * TT;
+        for (int t = 0; t < TT; t++) {
+            if (t >= n_tok) {
+                for (int gi = 0; gi < 32 / W; gi++)
+                    memset(out + (gi * TT + t) * W, 0, (size_t)W);
+                D[t] = 0.0f;
+                memset(X + 4 * t, 0, 4);
+                continue;
+            }
+            const ft_block_q8_K *kb = (const ft_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row) +
+                                      b / 8;
+            const int8_t *qs = kb->qs + 32 * (b % 8);
+            for (int gi = 0; gi < 32 / W; gi++)
+                memcpy(out + (gi * TT + t) * W, qs + W * gi, (size_t)W);
+            D[t] = kb->d;
+            const int32_t x = -offset * (kb->bsums[2 * (b % 8)] + kb->bsums[2 * (b % 8) + 1]);
+            memcpy(X + 4 * t, &x, 4);
+        }
+    }
+}
+/* The activation tile size that goes with it. */
+static inline size_t ft_qg_a_tile_bytes_q8_K_32(int64_t k, int tt) { return (size_t)(k / 32) * ft_qg_ab_bytes_tt(32, 32, tt); }
+
 #endif

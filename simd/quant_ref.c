@@ -1419,3 +1419,277 @@ void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
     }
     *s = ft_hsum8_ref(acc);
 }
+
+/* ======================================================================== */
+/* IQ4_NL, IQ4_XS: 4-bit indices into kvalues_iq4nl. The quantizer searches */
+/* the block scale: a least-squares scale for the grid points nearest      */
+/* x / d, then 15 trial scales (itry - 127) / max around it.               */
+
+static const int8_t k_iq4nl[16] = FT_KVALUES_IQ4NL;
+static const int8_t k_mxfp4[16] = FT_KVALUES_MXFP4;
+
+/* The index of the grid value nearest x (ggml's best_index_int8; val sorted). */
+static int best_index_int8(int n, const int8_t *val, float x) {
+    if (x <= val[0])
+        return 0;
+    if (x >= val[n - 1])
+        return n - 1;
+    int ml = 0, mu = n - 1;
+    while (mu - ml > 1) {
+        const int mav = (ml + mu) / 2;
+        if (x < val[mav])
+            mu = mav;
+        else
+            ml = mav;
+    }
+    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+/* ggml's quantize_row_iq4_nl_impl with no importance matrix (weights x^2)
+ * and ntry = 7: one IQ4_NL block (sb = 32) or one IQ4_XS super-block
+ * (sb = 256, then scales_h/scales_l get the 6-bit sub-block scales). */
+static void quantize_iq4_superblock(int sb, const float *restrict x, uint16_t *restrict dh, uint8_t *restrict q4,
+                                    uint16_t *restrict scales_h, uint8_t *restrict scales_l) {
+    enum { NTRY = 7, BS = 32 };
+    const int8_t *values = k_iq4nl;
+    float scales[FT_QK_K / BS], weight[BS];
+    uint8_t L[FT_QK_K];
+    memset(q4, 0, (size_t)sb / 2);
+    *dh = ft_float_to_half(0.f);
+    float max_scale = 0, amax_scale = 0;
+    for (int ib = 0; ib < sb / BS; ++ib) {
+        const float *xb = x + ib * BS;
+        uint8_t *Lb = L + ib * BS;
+        for (int j = 0; j < BS; ++j)
+            weight[j] = xb[j] * xb[j];
+        float amax = 0, max = 0;
+        for (int j = 0; j < BS; ++j) {
+            const float ax = fabsf(xb[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = xb[j];
+            }
+        }
+        if (amax < GROUP_MAX_EPS) {
+            scales[ib] = 0;
+            continue;
+        }
+        float d = -max / values[0];
+        float id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < BS; ++j) {
+            const int l = best_index_int8(16, values, id * xb[j]);
+            Lb[j] = (uint8_t)l;
+            const float q = values[l], w = weight[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -NTRY; itry <= NTRY; ++itry) {
+            id = (itry + values[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < BS; ++j) {
+                const int l = best_index_int8(16, values, id * xb[j]);
+                const float q = values[l], w = weight[j];
+                sumqx += w * q * xb[j];
+                sumq2 += w * q * q;
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        scales[ib] = d;
+        const float abs_d = fabsf(d);
+        if (abs_d > amax_scale) {
+            amax_scale = abs_d;
+            max_scale = d;
+        }
+    }
+    if (sb / BS > 1) {
+        *scales_h = 0;
+        const float d = -max_scale / 32;
+        *dh = ft_float_to_half(d);
+        const float id = d != 0.f ? 1 / d : 0.f;
+        for (int ib = 0; ib < sb / BS; ++ib) {
+            int l = iclamp(nearest_int(id * scales[ib]), -32, 31);
+            const float dl = d * l;
+            const float idl = dl != 0.f ? 1 / dl : 0.f;
+            for (int j = 0; j < BS; ++j)
+                L[ib * BS + j] = (uint8_t)best_index_int8(16, values, idl * x[ib * BS + j]);
+            l += 32;
+            if (ib % 2 == 0)
+                scales_l[ib / 2] = (uint8_t)(l & 0xf);
+            else
+                scales_l[ib / 2] |= (uint8_t)((l & 0xf) << 4);
+            *scales_h |= (uint16_t)((l >> 4) << 2 * (ib % 8));
+        }
+    } else {
+        *dh = ft_float_to_half(scales[0]);
+        const float id = scales[0] != 0.f ? 1 / scales[0] : 0;
+        for (int j = 0; j < sb; ++j)
+            L[j] = (uint8_t)best_index_int8(16, values, id * x[j]);
+    }
+    for (int i = 0; i < sb / 32; ++i)
+        for (int j = 0; j < 16; ++j)
+            q4[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+void ft_quantize_row_iq4_nl_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_iq4_nl *y = vy;
+    uint16_t unused_h;
+    for (int64_t i = 0; i < n / FT_QK4_NL; i++)
+        quantize_iq4_superblock(FT_QK4_NL, x + i * FT_QK4_NL, &y[i].d, y[i].qs, &unused_h, NULL);
+}
+
+void ft_quantize_row_iq4_xs_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_iq4_xs *y = vy;
+    for (int64_t i = 0; i < n / FT_QK_K; i++)
+        quantize_iq4_superblock(FT_QK_K, x + i * FT_QK_K, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
+}
+
+void ft_dequantize_row_iq4_nl_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_iq4_nl *x = vx;
+    for (int64_t i = 0; i < n / FT_QK4_NL; i++, y += FT_QK4_NL) {
+        const float d = ft_half_to_float(x[i].d);
+        for (int j = 0; j < FT_QK4_NL / 2; j++) {
+            y[j] = d * k_iq4nl[x[i].qs[j] & 0xf];
+            y[j + FT_QK4_NL / 2] = d * k_iq4nl[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+void ft_dequantize_row_iq4_xs_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        const float d = ft_half_to_float(x[i].d);
+        const uint8_t *qs = x[i].qs;
+        for (int s = 0; s < FT_QK_K / 32; s++, y += 32, qs += 16) {
+            const float dl = d * (ft_iq4_xs_scale(&x[i], s) - 32);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * k_iq4nl[qs[j] & 0xf];
+                y[j + 16] = dl * k_iq4nl[qs[j] >> 4];
+            }
+        }
+    }
+}
+
+/* The integer dot of one 32-element block of 4-bit indices into table kv
+ * (laid out as Q4_0) with 32 activation quants. */
+static inline int dot_lut32(const uint8_t *restrict qs, const int8_t *restrict kv, const int8_t *restrict a) {
+    int sumi = 0;
+    for (int j = 0; j < 16; j++)
+        sumi += kv[qs[j] & 0xf] * a[j] + kv[qs[j] >> 4] * a[j + 16];
+    return sumi;
+}
+
+/* ggml's AVX2/AVX-512 build repacks IQ4_NL weights with a multiple of 8
+ * rows into the Q4_0 layout (repack.cpp iq4_nl_8x8, the same GEMM/GEMV
+ * template as Q4_0), so it adds as Q4_0 does: one FMA per block. */
+void ft_vec_dot_iq4_nl_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_nl *x = vx;
+    const ft_block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / FT_QK4_NL; i++)
+        acc = fmaf((float)dot_lut32(x[i].qs, k_iq4nl, y[i].qs), ft_half_to_float(x[i].d) * ft_half_to_float(y[i].d),
+                   acc);
+    *s = acc;
+}
+
+/* Batches of 8+ rows: ggml's IQ panel GEMM (ggml-cpu/iqp.cpp), which
+ * decodes 8 weight rows to int8 with integer sub-block scales and adds one
+ * FMA per super-block of its exact integer sum with fp16(d) * d8. */
+void ft_vec_dot_iq4_xs_q8_K_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_xs *x = vx;
+    const ft_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        int sumi = 0;
+        for (int b = 0; b < FT_QK_K / 32; b++)
+            sumi += (ft_iq4_xs_scale(&x[i], b) - 32) * dot_lut32(x[i].qs + 16 * b, k_iq4nl, y[i].qs + 32 * b);
+        acc = fmaf((float)sumi, ft_half_to_float(x[i].d) * y[i].d, acc);
+    }
+    *s = acc;
+}
+
+/* Fewer rows: ggml_vec_dot_iq4_xs_q8_K (AVX2): per super-block the signed
+ * scale times each product goes to 8 int32 lanes by (i % 32) / 4, then one
+ * FMA per lane with d * d8, hsum_float_8 at the end. */
+void ft_vec_dot_iq4_xs_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_xs *x = vx;
+    const ft_block_q8_K *y = vy;
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        int8_t w[FT_QK_K];
+        int sc[FT_QK_K / 32];
+        for (int b = 0; b < FT_QK_K / 32; b++) {
+            sc[b] = ft_iq4_xs_scale(&x[i], b) - 32;
+            for (int j = 0; j < 16; j++) {
+                w[32 * b + j] = k_iq4nl[x[i].qs[16 * b + j] & 0xf];
+                w[32 * b + j + 16] = k_iq4nl[x[i].qs[16 * b + j] >> 4];
+            }
+        }
+        int32_t lanes[8] = {0};
+        lanes_add(lanes, w, y[i].qs, sc, 32);
+        lanes_fma(acc, lanes, ft_half_to_float(x[i].d) * y[i].d);
+    }
+    *s = ft_hsum8_ref(acc);
+}
+
+/* ======================================================================== */
+/* MXFP4: 4-bit E2M1 values with one power-of-two (E8M0) scale per 32.     */
+/* e = floor(log2(amax)) - 2 puts amax in the top binade of the grid (6).   */
+
+static int best_index_mxfp4(float x, float e) {
+    int best = 0;
+    float best_err = fabsf(k_mxfp4[0] * e - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf(k_mxfp4[i] * e - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+void ft_quantize_row_mxfp4_ref(const float *restrict x, void *restrict vy, int64_t n) {
+    ft_block_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / FT_QK_MXFP4; i++, x += FT_QK_MXFP4) {
+        float amax = 0.0f;
+        for (int j = 0; j < FT_QK_MXFP4; j++)
+            if (amax < fabsf(x[j]))
+                amax = fabsf(x[j]);
+        /* ggml casts the float to uint8_t; below 2^-125 that is out of range,
+         * where x86 truncates through int32 (kept, for the same bytes) */
+        const uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+        const float d = ft_e8m0_to_fp32_half(e);
+        y[i].e = e;
+        for (int j = 0; j < FT_QK_MXFP4 / 2; j++)
+            y[i].qs[j] = (uint8_t)(best_index_mxfp4(x[j], d) | best_index_mxfp4(x[j + FT_QK_MXFP4 / 2], d) << 4);
+    }
+}
+
+void ft_dequantize_row_mxfp4_ref(const void *restrict vx, float *restrict y, int64_t n) {
+    const ft_block_mxfp4 *x = vx;
+    for (int64_t i = 0; i < n / FT_QK_MXFP4; i++, y += FT_QK_MXFP4) {
+        const float d = ft_e8m0_to_fp32_half(x[i].e);
+        for (int j = 0; j < FT_QK_MXFP4 / 2; j++) {
+            y[j] = k_mxfp4[x[i].qs[j] & 0x0f] * d;
+            y[j + FT_QK_MXFP4 / 2] = k_mxfp4[x[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
+/* Repacked like IQ4_NL (repack.cpp mxfp4_8x8, dense and expert matrices
+ * alike), so one FMA per block with the scale 2^(e-128) * d8. */
+void ft_vec_dot_mxfp4_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_mxfp4 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / FT_QK_MXFP4; i++)
+        acc = fmaf((float)dot_lut32(x[i].qs, k_mxfp4, y[i].qs),
+                   ft_e8m0_to_fp32_half(x[i].e) * ft_half_to_float(y[i].d), acc);
+    *s = acc;
+}

@@ -14,6 +14,7 @@
 #define FT_SIMD_QUANT_REF_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define FT_QK4_0 32
 #define FT_QK4_1 32
@@ -188,6 +189,68 @@ typedef struct {
 } ft_block_q8_K;
 _Static_assert(sizeof(ft_block_q8_K) == 292, "block_q8_K is 292 bytes");
 
+/* ---- 4-bit lookup formats --------------------------------------------------
+ * Each 4-bit index picks a value from a fixed table of 16 small integers
+ * instead of standing for itself, so the integer dot against 8-bit
+ * activations stays exact: x = scale * table[q]. */
+
+/* IQ4_NL and IQ4_XS: ggml's kvalues_iq4nl, a non-uniform grid denser near 0. */
+#define FT_KVALUES_IQ4NL {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+/* MXFP4: the FP4 (E2M1) values doubled (ggml's kvalues_mxfp4), so they are
+ * integers; the scale is halved to match (ft_e8m0_to_fp32_half). */
+#define FT_KVALUES_MXFP4 {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+#define FT_QK4_NL 32
+#define FT_QK_MXFP4 32
+
+/* IQ4_NL, 18 bytes: x[i] = d * kvalues_iq4nl[q[i]], q in 0..15.
+ *   0  half d
+ *   2  qs[16]: as Q4_0 (byte j: q[j] low nibble, q[j+16] high) */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[FT_QK4_NL / 2];
+} ft_block_iq4_nl;
+_Static_assert(sizeof(ft_block_iq4_nl) == 18, "block_iq4_nl is 18 bytes");
+
+/* IQ4_XS, 136 bytes: 8 sub-blocks of 32; x[i] = d * (ls[s] - 32) *
+ * kvalues_iq4nl[q[i]], s = i / 32, ls a 6-bit scale.
+ *   0  half d
+ *   2  u16 scales_h: bits 2s..2s+1 are the top 2 bits of ls[s]
+ *   4  scales_l[4]: byte s/2 holds the low 4 bits of ls[s] (low nibble for
+ *      even s, high for odd)
+ *   8  qs[128]: per sub-block 16 bytes laid out as Q4_0's */
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[FT_QK_K / 64];
+    uint8_t qs[FT_QK_K / 2];
+} ft_block_iq4_xs;
+_Static_assert(sizeof(ft_block_iq4_xs) == 136, "block_iq4_xs is 136 bytes");
+
+/* MXFP4 (OCP microscaling FP4), 17 bytes: x[i] = 2^(e - 128) *
+ * kvalues_mxfp4[q[i]] (the table holds the E2M1 values doubled).
+ *   0  u8 e: E8M0 exponent, biased by 127
+ *   1  qs[16]: as Q4_0 */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[FT_QK_MXFP4 / 2];
+} ft_block_mxfp4;
+_Static_assert(sizeof(ft_block_mxfp4) == 17, "block_mxfp4 is 17 bytes");
+
+/* 2^(e - 128) as ggml's ggml_e8m0_to_fp32_half: e = 0 and 1 are the
+ * subnormals 2^-128 and 2^-127. */
+static inline float ft_e8m0_to_fp32_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* IQ4_XS's 6-bit scale of sub-block s (0..63; the weight uses ls - 32). */
+static inline int ft_iq4_xs_scale(const ft_block_iq4_xs *b, int s) {
+    return ((b->scales_l[s / 2] >> (4 * (s % 2))) & 0xf) | (((b->scales_h >> (2 * s)) & 3) << 4);
+}
+
 /* ---- reference row operations --------------------------------------------
  * Signatures match ft_to_float_fn / ft_from_float_fn / ft_vec_dot_fn so they
  * sit in the type table directly. n is a multiple of the block size.
@@ -213,6 +276,9 @@ void ft_dequantize_row_q4_K_ref(const void *restrict x, float *restrict y, int64
 void ft_dequantize_row_q5_K_ref(const void *restrict x, float *restrict y, int64_t n);
 void ft_dequantize_row_q6_K_ref(const void *restrict x, float *restrict y, int64_t n);
 void ft_dequantize_row_q8_K_ref(const void *restrict x, float *restrict y, int64_t n);
+void ft_dequantize_row_iq4_nl_ref(const void *restrict x, float *restrict y, int64_t n);
+void ft_dequantize_row_iq4_xs_ref(const void *restrict x, float *restrict y, int64_t n);
+void ft_dequantize_row_mxfp4_ref(const void *restrict x, float *restrict y, int64_t n);
 
 void ft_quantize_row_q4_0_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q4_1_ref(const float *restrict x, void *restrict y, int64_t n);
@@ -230,6 +296,12 @@ void ft_quantize_row_q4_K_ref(const float *restrict x, void *restrict y, int64_t
 void ft_quantize_row_q5_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q6_K_ref(const float *restrict x, void *restrict y, int64_t n);
 void ft_quantize_row_q8_K_ref(const float *restrict x, void *restrict y, int64_t n);
+/* IQ4_NL / IQ4_XS: ggml's quantize_iq4_nl / quantize_iq4_xs without an
+ * importance matrix (what llama-quantize calls: the +-7 scale search), not
+ * quantize_row_iq4_nl_ref (no search). MXFP4: quantize_row_mxfp4_ref. */
+void ft_quantize_row_iq4_nl_ref(const float *restrict x, void *restrict y, int64_t n);
+void ft_quantize_row_iq4_xs_ref(const float *restrict x, void *restrict y, int64_t n);
+void ft_quantize_row_mxfp4_ref(const float *restrict x, void *restrict y, int64_t n);
 
 void ft_vec_dot_f32_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_f16_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
@@ -244,6 +316,9 @@ void ft_vec_dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict
 void ft_vec_dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_iq4_nl_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_iq4_xs_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_mxfp4_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 
 /* The single-row (decode) dots where llama.cpp's kernel adds in another
  * order than for a batch (ggml_vec_dot_f32/f16/bf16, repack GEMV). */
@@ -252,5 +327,6 @@ void ft_vec_dot_f16_gemv_ref(int64_t n, float *restrict s, const void *restrict 
 void ft_vec_dot_bf16_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q2_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void ft_vec_dot_q4_K_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void ft_vec_dot_iq4_xs_q8_K_gemv_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 
 #endif

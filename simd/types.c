@@ -65,10 +65,15 @@ static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
     T(FT_TYPE_IQ2_XS, "IQ2_XS", 256, 74, true),
     T(FT_TYPE_IQ3_XXS, "IQ3_XXS", 256, 98, true),
     T(FT_TYPE_IQ1_S, "IQ1_S", 256, 50, true),
-    T(FT_TYPE_IQ4_NL, "IQ4_NL", 32, 18, true),
+    R1(FT_TYPE_IQ4_NL, "IQ4_NL", 32, 18, true, ft_dequantize_row_iq4_nl_ref, ft_quantize_row_iq4_nl_ref,
+       FT_TYPE_Q8_0, ft_vec_dot_iq4_nl_q8_0_ref, ft_vec_dot_iq4_nl_q8_0_ref, 4), /* repacked as Q4_0 */
     T(FT_TYPE_IQ3_S, "IQ3_S", 256, 110, true),
     T(FT_TYPE_IQ2_S, "IQ2_S", 256, 82, true),
-    T(FT_TYPE_IQ4_XS, "IQ4_XS", 256, 136, true),
+    [FT_TYPE_IQ4_XS] = {.name = "IQ4_XS", .blck_size = 256, .type_size = 136, .is_quantized = true, .can_run = true,
+                        .to_float = ft_dequantize_row_iq4_xs_ref, .from_float = ft_quantize_row_iq4_xs_ref,
+                        .from_float_act = ft_quantize_row_iq4_xs_ref, .vec_dot_type = FT_TYPE_Q8_K,
+                        .vec_dot = ft_vec_dot_iq4_xs_q8_K_ref, .vec_dot_gemv = ft_vec_dot_iq4_xs_q8_K_gemv_ref,
+                        .gemm_min_rows = 8}, /* panel GEMM from 8 rows (ggml-cpu/iqp.cpp) */
     T(FT_TYPE_I8, "I8", 1, 1, false),
     T(FT_TYPE_I16, "I16", 1, 2, false),
     T(FT_TYPE_I32, "I32", 1, 4, false),
@@ -79,7 +84,8 @@ static const struct ft_type_info g_info[FT_TYPE_COUNT] = {
        ft_vec_dot_bf16_ref, ft_vec_dot_bf16_gemv_ref, 0),
     T(FT_TYPE_TQ1_0, "TQ1_0", 256, 54, true),
     T(FT_TYPE_TQ2_0, "TQ2_0", 256, 66, true),
-    T(FT_TYPE_MXFP4, "MXFP4", 32, 17, true),
+    R1(FT_TYPE_MXFP4, "MXFP4", 32, 17, true, ft_dequantize_row_mxfp4_ref, ft_quantize_row_mxfp4_ref, FT_TYPE_Q8_0,
+       ft_vec_dot_mxfp4_q8_0_ref, ft_vec_dot_mxfp4_q8_0_ref, 4), /* repacked as Q4_0 */
 };
 
 const struct ft_type_info *ft_type_info(enum ft_type t) {

@@ -36,6 +36,9 @@ static const struct ft_ftype_desc g_ftypes[] = {
     {"Q3_K_M", FT_FTYPE_Q3_K_M, FT_TYPE_Q3_K, "Q3_K, attn_v/attn_output/ffn_down Q4_K-Q5_K"},
     {"Q3_K_S", FT_FTYPE_Q3_K_S, FT_TYPE_Q3_K, "Q3_K throughout (output Q6_K)"},
     {"Q2_K", FT_FTYPE_Q2_K, FT_TYPE_Q2_K, "Q2_K, attn_v/attn_output/ffn_down Q3_K-Q4_K"},
+    {"IQ4_NL", FT_FTYPE_IQ4_NL, FT_TYPE_IQ4_NL, "4.50 bpw non-linear"},
+    {"IQ4_XS", FT_FTYPE_IQ4_XS, FT_TYPE_IQ4_XS, "4.25 bpw non-linear"},
+    {"MXFP4_MOE", FT_FTYPE_MXFP4_MOE, FT_TYPE_MXFP4, "MoE experts MXFP4, the other matrices Q8_0"},
 };
 
 size_t ft_ftype_list(const struct ft_ftype_desc **out) {
@@ -70,7 +73,8 @@ static bool writable_type(enum ft_type t) {
     switch (t) {
     case FT_TYPE_F32: case FT_TYPE_F16: case FT_TYPE_BF16: case FT_TYPE_Q8_0: case FT_TYPE_Q4_0:
     case FT_TYPE_Q4_1: case FT_TYPE_Q5_0: case FT_TYPE_Q5_1: case FT_TYPE_Q2_K: case FT_TYPE_Q3_K:
-    case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: case FT_TYPE_Q6_K:
+    case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: case FT_TYPE_Q6_K: case FT_TYPE_IQ4_NL: case FT_TYPE_IQ4_XS:
+    case FT_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -309,10 +313,14 @@ static int choose_mixture(struct state *s, enum ft_type *type, const struct ft_q
     int i_layer, rc;
 
     if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) {
-        if (s->falcon || t->ne[0] % blck(nt) != 0)
+        if (ft == FT_FTYPE_MXFP4_MOE || s->falcon || t->ne[0] % blck(nt) != 0)
             nt = FT_TYPE_Q8_0;
         else if (nt != FT_TYPE_Q8_0)
             nt = FT_TYPE_Q6_K;
+    } else if (ft == FT_FTYPE_MXFP4_MOE) {
+        /* expert matrices (3D) in MXFP4, every other matrix in Q8_0
+         * (llama.cpp also excludes bailingmoe3's 3D MLA projections) */
+        nt = t->ne[2] > 1 ? FT_TYPE_MXFP4 : FT_TYPE_Q8_0;
     } else if (cat == CAT_TOKEN_EMBD) {
         /* only the IQ and ternary file types change it */
     } else if (is_attn_v_like(cat)) {
@@ -321,6 +329,8 @@ static int choose_mixture(struct state *s, enum ft_type *type, const struct ft_q
         else if (ft == FT_FTYPE_Q3_K_M)
             nt = s->i_attention_wv < 2 ? FT_TYPE_Q5_K : FT_TYPE_Q4_K;
         else if (ft == FT_FTYPE_Q3_K_L)
+            nt = FT_TYPE_Q5_K;
+        else if ((ft == FT_FTYPE_IQ4_NL || ft == FT_FTYPE_IQ4_XS) && n_gqa >= 4)
             nt = FT_TYPE_Q5_K;
         else if ((ft == FT_FTYPE_Q4_K_M || ft == FT_FTYPE_Q5_K_M) &&
                  use_more_bits(s->i_attention_wv, s->n_attention_wv))
@@ -358,7 +368,9 @@ static int choose_mixture(struct state *s, enum ft_type *type, const struct ft_q
                                                        : FT_TYPE_Q4_K;
             else if (use_more_bits(i_layer, n_layer))
                 nt = FT_TYPE_Q6_K;
-        } else if (ft == FT_FTYPE_Q5_K_M && use_more_bits(i_layer, n_layer))
+        } else if (i_layer < n_layer / 8 && (ft == FT_FTYPE_IQ4_NL || ft == FT_FTYPE_IQ4_XS))
+            nt = FT_TYPE_Q5_K; /* (no importance matrix) */
+        else if (ft == FT_FTYPE_Q5_K_M && use_more_bits(i_layer, n_layer))
             nt = FT_TYPE_Q6_K;
         else if (ft == FT_FTYPE_Q4_K_S && !s->falcon && i_layer < n_layer / 8)
             nt = FT_TYPE_Q5_K;
@@ -367,7 +379,7 @@ static int choose_mixture(struct state *s, enum ft_type *type, const struct ft_q
         if (!s->falcon) {
             if (n_expert == 8) {
                 if (ft == FT_FTYPE_Q2_K || ft == FT_FTYPE_Q3_K_S || ft == FT_FTYPE_Q3_K_M || ft == FT_FTYPE_Q4_K_S ||
-                    ft == FT_FTYPE_Q4_K_M)
+                    ft == FT_FTYPE_Q4_K_M || ft == FT_FTYPE_IQ4_NL || ft == FT_FTYPE_IQ4_XS)
                     nt = FT_TYPE_Q5_K;
             } else {
                 if (ft == FT_FTYPE_Q2_K)
@@ -403,6 +415,7 @@ static enum ft_type shape_fallback(const struct ft_quant_tensor *t, enum ft_type
     *fell_back = true;
     enum ft_type r;
     switch (target) {
+    case FT_TYPE_IQ4_XS: r = FT_TYPE_IQ4_NL; break;
     case FT_TYPE_Q2_K:
     case FT_TYPE_Q3_K: r = FT_TYPE_Q4_0; break;
     case FT_TYPE_Q4_K: r = FT_TYPE_Q5_0; break;

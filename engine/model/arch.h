@@ -28,6 +28,13 @@ extern const struct ft_arch_ops ft_arch_llama;
 extern const struct ft_arch_ops ft_arch_qwen2;
 extern const struct ft_arch_ops ft_arch_qwen3;
 extern const struct ft_arch_ops ft_arch_gemma3;
+extern const struct ft_arch_ops ft_arch_qwen3moe;
+extern const struct ft_arch_ops ft_arch_gptoss;
+
+/* The MoE hyperparameters (expert_count, expert_used_count,
+ * expert_feed_forward_length) present and in range; for the MoE archs'
+ * load_hparams. */
+int ft_moe_check_hparams(struct ft_model *m);
 
 /* The llama forward pass, shared by qwen2 (same graph, with biases). */
 void ft_llama_forward(struct ft_fwd *f);

@@ -148,6 +148,23 @@ static void attend(const struct attn_task *t, int32_t r0, int32_t r1, int32_t kv
     t->fk->attention(&rows, j->dk, j->dv, j->scale, &a, scratch);
 }
 
+/* attend() for rows [r0, r1) with attention sinks (at most
+ * FT_ATTN_SINK_GROUP_MAX heads per KV head: their parts live on the stack): the kernel leaves each
+ * query's unnormalized accumulator over all its keys, with its max and sum
+ * (a split-KV part of one chunk), and the sink finishes it. */
+static void attend_sinks(const struct attn_task *t, int32_t r0, int32_t r1, int32_t kvh, float *out, int64_t out_row,
+                         void *scratch) {
+    const struct ft_attn_job *j = t->job;
+    const int32_t group = j->n_head / j->n_head_kv;
+    float pmax[FT_ATTN_MAX_ROWS * FT_ATTN_SINK_GROUP_MAX], psum[FT_ATTN_MAX_ROWS * FT_ATTN_SINK_GROUP_MAX];
+    attend(t, r0, r1, kvh, 0, INT32_MAX, out, out_row, pmax, psum, group, scratch);
+    for (int32_t i = 0; i < r1 - r0; i++)
+        for (int32_t h = 0; h < group; h++) {
+            float *o = out + i * out_row + h * j->dv;
+            ft_attention_sink_finish(j->sinks[kvh * group + h], pmax[i * group + h], psum[i * group + h], o, j->dv, o);
+        }
+}
+
 static void run_block(const struct attn_task *t, int64_t it, void *scratch) {
     const struct ft_attn_job *j = t->job;
     const int32_t group = j->n_head / j->n_head_kv;
@@ -160,8 +177,11 @@ static void run_block(const struct attn_task *t, int64_t it, void *scratch) {
         int32_t r1 = r0 + 1;
         while (r1 < r_end && j->row_seq[r1] == j->row_seq[r0])
             r1++;
-        attend(t, r0, r1, kvh, 0, INT32_MAX, j->out + r0 * o_row + (int64_t)kvh * group * j->dv, o_row, NULL,
-               NULL, 0, scratch);
+        if (j->sinks)
+            attend_sinks(t, r0, r1, kvh, j->out + r0 * o_row + (int64_t)kvh * group * j->dv, o_row, scratch);
+        else
+            attend(t, r0, r1, kvh, 0, INT32_MAX, j->out + r0 * o_row + (int64_t)kvh * group * j->dv, o_row, NULL,
+                   NULL, 0, scratch);
         r0 = r1;
     }
 }
@@ -236,7 +256,12 @@ static void attn_run_ref(void *ctx, int ith, int nth) {
         /* ggml's CPU flash attention switches algorithm (and numerics) on
          * the number of query rows -- all of them, also in the last layer
          * where we only keep the rows that want logits */
-        if (j->row_att_n[r] >= FT_ATTN_TILE && j->dv % 16 == 0)
+        const bool tiled = j->row_att_n[r] >= FT_ATTN_TILE && j->dv % 16 == 0;
+        if (j->sinks && tiled)
+            ft_attention_tiled_sink_ref(q, j->dk, j->dv, j->scale, &a, first_key(j, pos), pos, j->sinks[h], out, tmp);
+        else if (j->sinks)
+            ft_attention_sink_ref(q, j->dk, j->dv, j->scale, &a, first_key(j, pos), pos, j->sinks[h], out, tmp);
+        else if (tiled)
             ft_attention_tiled_ref(q, j->dk, j->dv, j->scale, &a, first_key(j, pos), pos, out, tmp);
         else
             ft_attention_ref(q, j->dk, j->dv, j->scale, &a, first_key(j, pos), pos, out, tmp);
@@ -292,7 +317,7 @@ void ft_attention_run(struct ft_threadpool *pool, const struct ft_attn_job *job)
     const bool want_split =
         job->split == FT_ATTN_SPLIT_ALWAYS ||
         (job->split == FT_ATTN_SPLIT_AUTO && nth > 1 && t.n_items < (int64_t)FT_ATTN_SPLIT_FACTOR * nth);
-    if (want_split && fk->attention_splits && job->parts && job->n_rows > 0 && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
+    if (want_split && !job->sinks && fk->attention_splits && job->parts && job->n_rows > 0 && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
         plan_split(job, nth, &t.plan)) {
         t.split = true;
         t.n_items = (int64_t)t.plan.chunk0[t.plan.n_segs] * job->n_head_kv;

@@ -27,6 +27,9 @@ int ft_attn_rows_per_block(const struct ft_hparams *hp);
 /* Batches of at most this many rows may split (decode, short chunks). */
 #define FT_ATTN_SPLIT_MAX_ROWS 8
 
+/* Most query heads per KV head a job with attention sinks may have. */
+#define FT_ATTN_SINK_GROUP_MAX 64
+
 enum ft_attn_split {
     FT_ATTN_SPLIT_AUTO,   /* when the items are too few for the threads */
     FT_ATTN_SPLIT_NEVER,
@@ -38,6 +41,7 @@ struct ft_attn_job {
     int64_t dk, dv;            /* head dims of K and V */
     float scale;               /* of the scores */
     int32_t window;            /* > 0: only the last `window` positions (sliding window) */
+    const float *sinks;        /* NULL, or (n_head) attention-sink logits (gpt-oss): never split */
     int rows_per_block;        /* <= FT_ATTN_MAX_ROWS: rows sharing one kernel call */
     /* The layer's cache: K and V pools (fp16) of blocks laid out head-major
      * (engine/include/ft/model.h), k_row / v_row elements per token (every KV

@@ -23,30 +23,25 @@ static void shape_str(char *buf, size_t cap, const int64_t *ne, int n_dims) {
         snprintf(buf + o, cap - o, "]");
 }
 
-int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
-            const char *fmt, ...) {
-    char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
+/* Bind `name` expecting GGUF dims want[0..n_dims) (the rest 1) as a matrix
+ * of `rows` rows of want[0] (rows 0: an F32 vector of every element). */
+static int bind_dims(struct ft_model *m, struct ft_weight *w, bool optional, const int64_t *want, int n_dims,
+                     int64_t rows, const char *name) {
     memset(w, 0, sizeof(*w));
-
     const char *path = ft_gguf_path(m->gguf);
     const struct ft_gguf_tensor *t = ft_gguf_find_tensor(m->gguf, name);
-    const int64_t want[2] = {cols, rows};
-    const int want_dims = rows > 0 ? 2 : 1;
+    const int64_t cols = want[0];
     char ws[64], hs[64];
-    shape_str(ws, sizeof(ws), want, want_dims);
+    shape_str(ws, sizeof(ws), want, n_dims);
     if (!t) {
         if (optional)
             return FT_OK;
         FT_LOG_E("%s: tensor '%s' is missing (expected shape %s)", path, name, ws);
         return FT_EFORMAT;
     }
-    bool ok = t->ne[0] == cols && t->ne[1] == (rows > 0 ? rows : 1);
-    for (int i = 2; i < FT_GGUF_MAX_DIMS; i++)
-        ok = ok && t->ne[i] == 1;
+    bool ok = true;
+    for (int i = 0; i < FT_GGUF_MAX_DIMS; i++)
+        ok = ok && t->ne[i] == (i < n_dims ? want[i] : 1);
     if (!ok) {
         shape_str(hs, sizeof(hs), t->ne, t->n_dims);
         FT_LOG_E("%s: tensor '%s' has shape %s, expected %s", path, name, hs, ws);
@@ -74,18 +69,49 @@ int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows
             return FT_EUNSUPPORTED;
         }
     }
-    const size_t row_size = ft_row_size(t->type, cols);
+    int64_t n_el = 1; /* dims were checked against the file's, whose product fits */
+    for (int i = 0; i < n_dims; i++)
+        n_el *= want[i];
+    const int64_t row_len = rows > 0 ? cols : n_el;
+    const size_t row_size = ft_row_size(t->type, row_len);
     if (row_size == 0) {
         FT_LOG_E("%s: tensor '%s': row length %lld is not a multiple of the %s block size", path, name,
-                 (long long)cols, ft_type_name(t->type));
+                 (long long)row_len, ft_type_name(t->type));
         return FT_EFORMAT;
     }
     w->data = t->data;
     w->type = t->type;
     w->rows = rows > 0 ? rows : 1;
-    w->cols = cols;
+    w->cols = row_len;
     w->row_size = row_size;
     return FT_OK;
+}
+
+int ft_bind(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
+            const char *fmt, ...) {
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    const int64_t want[2] = {cols, rows};
+    return bind_dims(m, w, optional, want, rows > 0 ? 2 : 1, rows, name);
+}
+
+int ft_bind_experts(struct ft_model *m, struct ft_weight *w, bool optional, int64_t rows, int64_t cols,
+                    const char *fmt, ...) {
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    const int64_t n_expert = m->hp.n_expert;
+    if (rows > 0) {
+        const int64_t want[3] = {cols, rows, n_expert};
+        return bind_dims(m, w, optional, want, 3, rows * n_expert, name);
+    }
+    const int64_t want[2] = {cols, n_expert};
+    return bind_dims(m, w, optional, want, 2, 0, name);
 }
 
 int ft_bind_attention(struct ft_model *m, int il, unsigned opts) {
@@ -139,6 +165,30 @@ int ft_bind_io(struct ft_model *m) {
     if (!m->output.data) {
         m->output = m->tok_embd;
         m->hp.tied_output = true;
+    }
+    return FT_OK;
+}
+
+int ft_bind_moe(struct ft_model *m, int il, unsigned opts) {
+    const struct ft_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff_exp, X = hp->n_expert;
+    struct ft_layer *l = &m->layers[il];
+    const bool b = (opts & FT_BIND_MOE_BIAS) != 0;
+    int rc;
+    if ((rc = ft_bind(m, &l->ffn_gate_inp, false, X, E, "blk.%d.ffn_gate_inp.weight", il)) ||   /* (X, E) */
+        (rc = ft_bind_experts(m, &l->ffn_gate_exps, false, F, E, "blk.%d.ffn_gate_exps.weight", il)) ||
+        (rc = ft_bind_experts(m, &l->ffn_up_exps, false, F, E, "blk.%d.ffn_up_exps.weight", il)) ||
+        (rc = ft_bind_experts(m, &l->ffn_down_exps, false, E, F, "blk.%d.ffn_down_exps.weight", il)))
+        return rc;
+    if (b && ((rc = ft_bind(m, &l->ffn_gate_inp_b, false, 0, X, "blk.%d.ffn_gate_inp.bias", il)) ||
+              (rc = ft_bind_experts(m, &l->ffn_gate_exps_b, false, 0, F, "blk.%d.ffn_gate_exps.bias", il)) ||
+              (rc = ft_bind_experts(m, &l->ffn_up_exps_b, false, 0, F, "blk.%d.ffn_up_exps.bias", il)) ||
+              (rc = ft_bind_experts(m, &l->ffn_down_exps_b, false, 0, E, "blk.%d.ffn_down_exps.bias", il))))
+        return rc;
+    if (l->ffn_gate_inp.type != FT_TYPE_F32) {
+        FT_LOG_E("%s: blk.%d.ffn_gate_inp.weight has type %s; the router must be F32 (llama-quantize keeps it so)",
+                 ft_gguf_path(m->gguf), il, ft_type_name(l->ffn_gate_inp.type));
+        return FT_EUNSUPPORTED;
     }
     return FT_OK;
 }

@@ -50,10 +50,11 @@ void ft_layer_rope(const struct ft_model *m, int il, struct ft_rope *r) {
     const bool swa = ft_layer_is_swa(hp, il);
     r->n_dims = hp->n_rot;
     r->neox = hp->rope_neox;
-    /* llama.cpp: local layers have their own base and no linear scaling;
-     * the YaRN settings are the context's, shared by all layers. */
+    /* llama.cpp: local layers have their own base and scaling (gemma3: none,
+     * gpt-oss: the global one); the YaRN settings are the context's, shared
+     * by all layers. */
     r->freq_base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
-    r->freq_scale = swa ? 1.0f : hp->rope_freq_scale;
+    r->freq_scale = swa ? hp->rope_freq_scale_swa : hp->rope_freq_scale;
     r->ext_factor = hp->rope_ext_factor;
     r->attn_factor = hp->rope_attn_factor;
     r->beta_fast = hp->rope_beta_fast;
@@ -299,6 +300,10 @@ void ft_blk_keep_out_rows(struct ft_fwd *f) {
 
 
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) {
+    ft_blk_attention_sinks(f, il, kq_scale, window, NULL);
+}
+
+void ft_blk_attention_sinks(struct ft_fwd *f, int il, float kq_scale, int32_t window, const float *sinks) {
     const struct ft_hparams *hp = &f->m->hp;
     const struct ft_scratch *s = f->s;
     const struct ft_attn_job job = {
@@ -308,6 +313,7 @@ void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window) 
         .dv = hp->head_dim_v,
         .scale = kq_scale,
         .window = window,
+        .sinks = sinks,
         .rows_per_block = ft_attn_rows_per_block(hp),
         .k = f->kv->k[il],
         .v = f->kv->v[il],

@@ -47,6 +47,9 @@ void ft_blk_keep_out_rows(struct ft_fwd *f);
  * to the last `window` positions (sliding-window layers), through
  * ft_attention_run (engine/model/attention.h). */
 void ft_blk_attention(struct ft_fwd *f, int il, float kq_scale, int32_t window);
+/* ft_blk_attention with attention sinks: NULL or (n_head) logits that take
+ * their share of each head's softmax and add no value (gpt-oss). */
+void ft_blk_attention_sinks(struct ft_fwd *f, int il, float kq_scale, int32_t window, const float *sinks);
 /* x += y over n_rows rows of width. */
 void ft_blk_add(struct ft_fwd *f, float *x, const float *y, int64_t width);
 

@@ -52,6 +52,16 @@ struct ft_scratch {
     char *attn_scratch; /* per thread: attn_scratch_stride bytes for the attention kernel */
     size_t attn_scratch_stride;
     void *attn_parts;   /* split-KV parts of attention (engine/model/attention.h) */
+    /* Mixture of experts (engine/model/moe.c), NULL for dense models; K =
+     * n_expert_used, P = cap * K (token, slot) pairs. */
+    float *moe_logits;  /* (cap, n_expert) router logits, then probabilities */
+    int32_t *moe_sel;   /* (cap, K) selected experts */
+    float *moe_w;       /* (cap, K) their weights */
+    int32_t *moe_rank;  /* (P) each pair's row in the expert-sorted order */
+    float *moe_x;       /* (P, n_embd) gathered inputs, then the experts' outputs */
+    float *moe_gate;    /* (P, n_ff_exp) */
+    float *moe_up;      /* (P, n_ff_exp) */
+    int32_t *moe_ones, *moe_zeros; /* (cap) a sub-batch's row counts and indices */
 };
 
 /* What a kept row is for (struct ft_scratch.row_want). */

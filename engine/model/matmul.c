@@ -57,13 +57,14 @@
 /* Bytes of unpacked weights a thread works on at a time (at least one tile). */
 #define FT_QGEMM_PANEL_BYTES (512u << 10)
 
-/* The tiled kernels of w for n_tok tokens (its repacked ones, or the
- * level's GEMM), or NULL for vec_dot. */
-static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok) {
+/* The tiled kernels of w for n_tok tokens whose smallest sequence has
+ * min_seq rows (its repacked ones, or the level's GEMM), or NULL for
+ * vec_dot. */
+static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok, int32_t min_seq) {
     if (w->rw)
-        return ft_qgemm_for_tokens(w->rw, n_tok);
+        return ft_qgemm_for_batch(w->rw, n_tok, min_seq);
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
-    return g && n_tok >= g->min_tokens ? ft_qgemm_for_tokens(g, n_tok) : NULL;
+    return g && n_tok >= g->min_tokens ? ft_qgemm_for_batch(g, n_tok, min_seq) : NULL;
 }
 
 static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
@@ -82,10 +83,11 @@ static bool rw_in_place(const struct ft_weight *w, const struct ft_qgemm *g, int
 /* ggml multiplies the n activation rows of a matmul with its batch kernel
  * (vec_dot here) when n >= 2 and with its single-row kernel (vec_dot_gemv)
  * when n == 1 -- except for weights it repacks, which take rows in groups
- * of gemm_rows and the n % gemm_rows left over one by one. n and i are the
+ * of gemm_rows and the n % gemm_rows left over one by one, and IQ4_XS,
+ * whose batch kernel starts at gemm_min_rows. n and i are the
  * row's count and index in its sequence (struct ft_scratch). */
 static bool uses_gemv(const struct ft_type_info *ti, int32_t n, int32_t i) {
-    return n == 1 || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
+    return n == 1 || n < ti->gemm_min_rows || (ti->gemm_rows > 1 && i >= n - n % ti->gemm_rows);
 }
 
 /* ---- scratch sizes ------------------------------------------------------------- */
@@ -127,6 +129,13 @@ void ft_matmul_scratch_need(const struct ft_model *m, int32_t n_tok, size_t *act
         const struct ft_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
         for (size_t i = 0; i < FT_ARRAY_LEN(ws); i++)
             need_of(ws[i], n_tok, act, panel);
+        /* experts: one expert at a time, as engine/model/moe.c multiplies them */
+        const struct ft_weight *xs[] = {&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
+        for (size_t i = 0; i < FT_ARRAY_LEN(xs); i++) {
+            struct ft_weight e = *xs[i];
+            e.rows = m->hp.n_expert > 0 ? e.rows / m->hp.n_expert : 0;
+            need_of(&e, n_tok, act, panel);
+        }
     }
     need_of(&m->output, n_tok, act, panel);
     /* kernels are faster on 64-byte aligned tiles */
@@ -445,18 +454,22 @@ static void matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm 
         return;
     /* Consecutive products that share the path and the activation tiles
      * (or rows) run as one group. */
+    const int32_t *seq_n = att ? f->s->row_att_n : f->s->row_seq_n;
+    int32_t min_seq = f->n_rows;
+    for (int32_t r = 0; r < f->n_rows; r++)
+        min_seq = FT_MIN(min_seq, seq_n[r]);
     int i = 0;
     while (i < n) {
         if (matmul_float(f, in, 1, &mm[i])) {
             i++;
             continue;
         }
-        const struct ft_qgemm *g0 = gemm_for(mm[i].w, f->n_rows);
+        const struct ft_qgemm *g0 = gemm_for(mm[i].w, f->n_rows, min_seq);
         const struct ft_qgemm *gs[FT_MM_MAX];
         gs[0] = g0;
         int j = i + 1;
         while (j < n && j - i < FT_MM_MAX && !ft_gemm_float_applies(f, mm[j].w)) {
-            const struct ft_qgemm *gj = gemm_for(mm[j].w, f->n_rows);
+            const struct ft_qgemm *gj = gemm_for(mm[j].w, f->n_rows, min_seq);
             const bool same = g0 ? gj && gj->pack_a == g0->pack_a && gj->tile_rows == g0->tile_rows
                                  : !gj && vdt_of(mm[j].w) == vdt_of(mm[i].w);
             if (!same)

@@ -37,6 +37,8 @@ static const struct ft_arch_ops *const g_archs[] = {
     &ft_arch_qwen2,
     &ft_arch_qwen3,
     &ft_arch_gemma3,
+    &ft_arch_qwen3moe,
+    &ft_arch_gptoss,
 };
 
 /* ---- metadata ------------------------------------------------------------------ */
@@ -152,6 +154,7 @@ static int load_hparams(struct ft_model *m) {
     hp->rope_freq_base = 10000.0f;
     hp->rope_freq_base_swa = 10000.0f;
     hp->rope_freq_scale = 1.0f;
+    hp->rope_freq_scale_swa = 1.0f;
     hp->rope_ext_factor = 0.0f;
     hp->rope_attn_factor = 1.0f;
     hp->rope_beta_fast = 32.0f;
@@ -196,6 +199,11 @@ static int load_hparams(struct ft_model *m) {
     if (hp->rope_n_ctx_orig <= 0)
         hp->rope_n_ctx_orig = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
 
+    if ((rc = opt(key_i32(m, "expert_count", &hp->n_expert))) ||
+        (rc = opt(key_i32(m, "expert_used_count", &hp->n_expert_used))) ||
+        (rc = opt(key_i32(m, "expert_feed_forward_length", &hp->n_ff_exp))))
+        return rc;
+
     hp->pooling_type = -1;
     if ((rc = opt(key_i32(m, "pooling_type", &hp->pooling_type))))
         return rc;
@@ -232,6 +240,15 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->row_gemv);
     free(s->attn_scratch);
     free(s->attn_parts);
+    free(s->moe_logits);
+    free(s->moe_sel);
+    free(s->moe_w);
+    free(s->moe_rank);
+    free(s->moe_x);
+    free(s->moe_gate);
+    free(s->moe_up);
+    free(s->moe_ones);
+    free(s->moe_zeros);
     memset(s, 0, sizeof(*s));
 }
 
@@ -257,7 +274,7 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     const size_t wa = (size_t)hp->n_head * (size_t)hp->head_dim_v;
     /* Widest matmul input; a converted row never takes more than 4 bytes
      * per element (F32 is the widest vec_dot_type). */
-    const size_t max_in = FT_MAX(FT_MAX((size_t)hp->n_embd, (size_t)hp->n_ff), wa);
+    const size_t max_in = FT_MAX(FT_MAX(FT_MAX((size_t)hp->n_embd, (size_t)hp->n_ff), wa), (size_t)hp->n_ff_exp);
     bool fail = false;
     s->x = grow(s->x, N * (size_t)hp->n_embd, sizeof(float), &fail);
     s->xb = grow(s->xb, N * (size_t)hp->n_embd, sizeof(float), &fail);
@@ -291,6 +308,23 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->row_att_n = grow(s->row_att_n, N, sizeof(int32_t), &fail);
     s->row_att_i = grow(s->row_att_i, N, sizeof(int32_t), &fail);
     s->row_gemv = grow(s->row_gemv, N, sizeof(uint8_t), &fail);
+    if (hp->n_expert > 0) { /* engine/model/moe.c */
+        const size_t P = N * (size_t)hp->n_expert_used;
+        s->moe_logits = grow(s->moe_logits, N * (size_t)hp->n_expert, sizeof(float), &fail);
+        s->moe_sel = grow(s->moe_sel, P, sizeof(int32_t), &fail);
+        s->moe_w = grow(s->moe_w, P, sizeof(float), &fail);
+        s->moe_rank = grow(s->moe_rank, P, sizeof(int32_t), &fail);
+        s->moe_x = grow(s->moe_x, P * (size_t)hp->n_embd, sizeof(float), &fail);
+        s->moe_gate = grow(s->moe_gate, P * (size_t)hp->n_ff_exp, sizeof(float), &fail);
+        s->moe_up = grow(s->moe_up, P * (size_t)hp->n_ff_exp, sizeof(float), &fail);
+        s->moe_ones = grow(s->moe_ones, N, sizeof(int32_t), &fail);
+        s->moe_zeros = grow(s->moe_zeros, N, sizeof(int32_t), &fail);
+        if (!fail)
+            for (size_t i = 0; i < N; i++) {
+                s->moe_ones[i] = 1;
+                s->moe_zeros[i] = 0;
+            }
+    }
     if (fail) {
         FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
         return FT_ENOMEM;
@@ -329,7 +363,7 @@ int ft_model_load(const char *path, const struct ft_model_params *params, struct
         if (str_eq(arch, g_archs[i]->name))
             m->arch = g_archs[i];
     if (!m->arch) {
-        FT_LOG_E("%s: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3 are)", path,
+        FT_LOG_E("%s: architecture '%.*s' is not supported (llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss are)", path,
                  (int)FT_MIN(arch.len, 64), arch.s);
         rc = FT_EUNSUPPORTED;
         goto fail;

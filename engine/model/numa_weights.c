@@ -52,7 +52,11 @@ static const size_t k_layer_weights[] = {
     offsetof(struct ft_layer, bo),             offsetof(struct ft_layer, attn_post_norm),
     offsetof(struct ft_layer, ffn_norm),       offsetof(struct ft_layer, ffn_gate),
     offsetof(struct ft_layer, ffn_up),         offsetof(struct ft_layer, ffn_down),
-    offsetof(struct ft_layer, ffn_post_norm),
+    offsetof(struct ft_layer, ffn_post_norm),  offsetof(struct ft_layer, ffn_gate_inp),
+    offsetof(struct ft_layer, ffn_gate_inp_b), offsetof(struct ft_layer, ffn_gate_exps),
+    offsetof(struct ft_layer, ffn_up_exps),    offsetof(struct ft_layer, ffn_down_exps),
+    offsetof(struct ft_layer, ffn_gate_exps_b), offsetof(struct ft_layer, ffn_up_exps_b),
+    offsetof(struct ft_layer, ffn_down_exps_b), offsetof(struct ft_layer, attn_sinks),
 };
 _Static_assert(sizeof(k_layer_weights) / sizeof(k_layer_weights[0]) * sizeof(struct ft_weight) ==
                    sizeof(struct ft_layer),

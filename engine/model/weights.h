@@ -68,6 +68,18 @@ struct ft_layer {
     struct ft_weight ffn_up;         /* (n_ff, n_embd) */
     struct ft_weight ffn_down;       /* (n_embd, n_ff) */
     struct ft_weight ffn_post_norm;  /* (n_embd) gemma3 */
+    /* Mixture of experts (engine/model/moe.c). The 3-D expert tensors are
+     * bound as one matrix of n_expert stacked (rows, row length) matrices:
+     * expert e is rows [e * rows_e, (e + 1) * rows_e). */
+    struct ft_weight ffn_gate_inp;   /* (n_expert, n_embd) router, F32 */
+    struct ft_weight ffn_gate_inp_b; /* (n_expert) router bias (gpt-oss) */
+    struct ft_weight ffn_gate_exps;  /* (n_expert * n_ff_exp, n_embd) */
+    struct ft_weight ffn_up_exps;    /* (n_expert * n_ff_exp, n_embd) */
+    struct ft_weight ffn_down_exps;  /* (n_expert * n_embd, n_ff_exp) */
+    struct ft_weight ffn_gate_exps_b; /* (n_expert * n_ff_exp) expert biases (gpt-oss) */
+    struct ft_weight ffn_up_exps_b;   /* (n_expert * n_ff_exp) */
+    struct ft_weight ffn_down_exps_b; /* (n_expert * n_embd) */
+    struct ft_weight attn_sinks;     /* (n_head) one extra softmax logit per head (gpt-oss) */
 };
 
 #endif

@@ -90,6 +90,12 @@ void ft_attention_ref(const float *q, int64_t dk, int64_t dv, float scale, const
 void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                              int32_t p0, int32_t p1, float *out, float *scratch);
 
+/* ft_attention_ref with an attention sink (gpt-oss): one more logit, `sink`,
+ * in the softmax's sum, with no value -- applied after the keys as ggml's
+ * flash attention applies it. */
+void ft_attention_sink_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                           int32_t p0, int32_t p1, float sink, float *out, float *scratch);
+
 /* ggml's query and key tile; a batch of at least FT_ATTN_TILE query rows
  * (and dv a multiple of 16) goes through its tiled flash attention. */
 #define FT_ATTN_TILE 64
@@ -99,6 +105,15 @@ void ft_attention_f32acc_ref(const float *q, int64_t dk, int64_t dv, float scale
  * accumulator. scratch: at least FT_ATTN_TILE floats. */
 void ft_attention_tiled_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
                             int32_t p0, int32_t p1, float *out, float *scratch);
+
+/* ft_attention_tiled_ref with an attention sink (ft_attention_sink_ref). */
+void ft_attention_tiled_sink_ref(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv,
+                                 int32_t p0, int32_t p1, float sink, float *out, float *scratch);
+/* Normalize one split-KV part covering all of a query's keys (ft_attn_rows:
+ * unnormalized accumulator acc, max m, sum s) with an attention sink, as
+ * ggml applies it: out = acc' / (s' ) after rescaling by the sink. acc is
+ * modified; out may be acc. */
+void ft_attention_sink_finish(float sink, float m, float s, float *acc, int64_t dv, float *out);
 
 /* A block of query rows of one sequence against one KV head: for row
  * i < n_rows and query head h < n_heads (the heads sharing that KV head),

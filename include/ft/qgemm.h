@@ -35,6 +35,7 @@
 #include "ft/cpu.h"
 #include "ft/types.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,6 +95,12 @@ struct ft_qgemm {
      * unpacked tiles and never on kernel_rw's path. */
     const struct ft_qgemm *large;
     int large_min_tokens;
+    /* The large entry's floats are not this entry's (another order of the
+     * float operations, within the same tolerance): it is then taken only
+     * when every sequence of the batch has at least large_min_tokens rows,
+     * so a row's numbers depend on its own sequence's rows alone, as the
+     * forward pass promises (docs/architecture.md, the batch contract). */
+    bool large_own_floats;
 };
 
 /* Batches from which repacked weights with unpack_rw are unpacked into a
@@ -101,9 +108,19 @@ struct ft_qgemm {
  * measured about 4% behind the unpacked kernel, near this host's noise). */
 #define FT_RW_UNPACK_MIN_TOKENS 32
 
-/* g, or its large entry when n_tok reaches it. */
+/* g, or its large entry when n_tok reaches it (and, where the large
+ * entry has floats of its own, when every sequence has min_seq_rows >=
+ * large_min_tokens rows; pass n_tok for one sequence). */
+static inline const struct ft_qgemm *ft_qgemm_for_batch(const struct ft_qgemm *g, int64_t n_tok,
+                                                        int64_t min_seq_rows) {
+    if (!g || !g->large || n_tok < g->large_min_tokens)
+        return g;
+    return g->large_own_floats && min_seq_rows < g->large_min_tokens ? g : g->large;
+}
+
+/* The same for a batch of one sequence. */
 static inline const struct ft_qgemm *ft_qgemm_for_tokens(const struct ft_qgemm *g, int64_t n_tok) {
-    return g && g->large && n_tok >= g->large_min_tokens ? g->large : g;
+    return ft_qgemm_for_batch(g, n_tok, n_tok);
 }
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when

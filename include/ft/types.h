@@ -83,6 +83,11 @@ struct ft_type_info {
      * activation rows through vec_dot in groups of gemm_rows, the remainder
      * through vec_dot_gemv; 0 for the others */
     int32_t gemm_rows;
+    /* llama.cpp runs vec_dot only for matmuls of at least this many
+     * activation rows and vec_dot_gemv for fewer (IQ4_XS: its panel GEMM
+     * takes batches from 8 rows, smaller ones go through its plain dot);
+     * 0 for the others, where a batch of 2 is already vec_dot's */
+    int32_t gemm_min_rows;
 };
 
 /* Static facts (name, block size, type size) for every GGUF type id we know

@@ -194,6 +194,14 @@ ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q6_K, Q8_K, size_k16_offset, pack_w_q6_K, pack_a_q6_K, kernel_k16_offset)
+/* The lookup-table types: their signed values packed as Q8_0's, Q8_0's kernel. */
+FT_QG_PACK_W_LUT(pack_w_lut_, TR, W, 0)
+static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 0, W, TT);
+}
+ENTRY(IQ4_NL, Q8_0, size_q8_0_class, pack_w_lut_iq4_nl, pack_a_q8_0, kernel_q8_0_class)
+ENTRY(MXFP4, Q8_0, size_q8_0_class, pack_w_lut_mxfp4, pack_a_q8_0, kernel_q8_0_class)
+ENTRY(IQ4_XS, Q8_K, size_q8_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, kernel_q8_0_class)
 
 void ft_neon_i8mm_qgemm_fill(struct ft_level *l) {
     const struct ft_qgemm **t = l->qgemm;
@@ -207,4 +215,7 @@ void ft_neon_i8mm_qgemm_fill(struct ft_level *l) {
     t[FT_TYPE_Q4_K] = &g_Q4_K;
     t[FT_TYPE_Q5_K] = &g_Q5_K;
     t[FT_TYPE_Q6_K] = &g_Q6_K;
+    t[FT_TYPE_IQ4_NL] = &g_IQ4_NL;
+    t[FT_TYPE_IQ4_XS] = &g_IQ4_XS;
+    t[FT_TYPE_MXFP4] = &g_MXFP4;
 }

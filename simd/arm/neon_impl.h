@@ -661,6 +661,63 @@ static void dequantize_row_q6_K(const void *restrict vx, float *restrict y, int6
     }
 }
 
+/* ---- lookup-table types: IQ4_NL, IQ4_XS, MXFP4 ------------------------------------------- */
+
+static const int8_t k_iq4nl[16] = FT_KVALUES_IQ4NL;
+static const int8_t k_mxfp4[16] = FT_KVALUES_MXFP4;
+
+/* Table values of a block's 32 nibbles (tbl), dotted with 32 activations. */
+static inline int32x4_t dot_lut32(int8x16_t lut, const uint8_t *qs, const int8_t *y) {
+    const uint8x16_t q = vld1q_u8(qs);
+    const int8x16_t lo = vqtbl1q_s8(lut, vandq_u8(q, vdupq_n_u8(0x0f)));
+    const int8x16_t hi = vqtbl1q_s8(lut, vshrq_n_u8(q, 4));
+    return dot16(dot16(vdupq_n_s32(0), lo, vld1q_s8(y)), hi, vld1q_s8(y + 16));
+}
+
+static inline int32x4_t block_iq4_nl(const ft_block_iq4_nl *x, const ft_block_q8_0 *y) {
+    return dot_lut32(vld1q_s8(k_iq4nl), x->qs, y->qs);
+}
+
+DOT_32(vec_dot_iq4_nl_q8_0, ft_block_iq4_nl, ft_block_q8_0, block_iq4_nl, 0)
+
+static void vec_dot_mxfp4_q8_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_mxfp4 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int8x16_t lut = vld1q_s8(k_mxfp4);
+    const int64_t nb = n / 32;
+    float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        prefetch_ahead(&x[i], 2 * (int)sizeof(x[i]));
+        acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(dot_lut32(lut, x[i].qs, y[i].qs)),
+                           ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d));
+        acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(dot_lut32(lut, x[i + 1].qs, y[i + 1].qs)),
+                           ft_e8m0_to_fp32_half(x[i + 1].e) * f16(y[i + 1].d));
+    }
+    if (i < nb)
+        acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(dot_lut32(lut, x[i].qs, y[i].qs)),
+                           ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d));
+    *s = vaddvq_f32(vaddq_f32(acc0, acc1));
+}
+
+/* IQ4_XS: each sub-block's 4 exact lanes times its signed scale (mla),
+ * one FMA per super-block. */
+static void vec_dot_iq4_xs_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_xs *x = vx;
+    const ft_block_q8_K *y = vy;
+    const int8x16_t lut = vld1q_s8(k_iq4nl);
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        prefetch_ahead(&x[i], (int)sizeof(x[i]));
+        int32x4_t sumi = vdupq_n_s32(0);
+        for (int b = 0; b < FT_QK_K / 32; b++)
+            sumi = vmlaq_n_s32(sumi, dot_lut32(lut, x[i].qs + 16 * b, y[i].qs + 32 * b),
+                               ft_iq4_xs_scale(&x[i], b) - 32);
+        acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), f16(x[i].d) * y[i].d);
+    }
+    *s = vaddvq_f32(acc);
+}
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 void FT_NEON_FILL(struct ft_level *l) {
@@ -697,4 +754,8 @@ void FT_NEON_FILL(struct ft_level *l) {
     t[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
     t[FT_TYPE_Q6_K].to_float = dequantize_row_q6_K;
+
+    t[FT_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0;
+    t[FT_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K;
+    t[FT_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0;
 }

@@ -65,17 +65,23 @@ static inline void configure(int G) {
 
 /* The 16 x 16 int32 sums of one sub-block (A at a, B at w) into tile set
  * `set`, and out of it into memory. */
-static inline void tiles_issue(int set, const uint8_t *a, const uint8_t *w, int G) {
+static inline void tiles_issue(int set, const uint8_t *a, const uint8_t *w, int G, const int SIGNED) {
     if (set == 0) {
         _tile_zero(0);
         _tile_loadd(1, a, G);
         _tile_loadd(2, w, 4 * TR);
-        _tile_dpbsud(0, 1, 2);
+        if (SIGNED)
+            _tile_dpbssd(0, 1, 2);
+        else
+            _tile_dpbsud(0, 1, 2);
     } else {
         _tile_zero(3);
         _tile_loadd(4, a, G);
         _tile_loadd(5, w, 4 * TR);
-        _tile_dpbsud(3, 4, 5);
+        if (SIGNED)
+            _tile_dpbssd(3, 4, 5);
+        else
+            _tile_dpbsud(3, 4, 5);
     }
 }
 static inline void tiles_store(int set, int32_t *sums) {
@@ -116,7 +122,8 @@ __attribute__((always_inline)) static inline void scale_sums(const int32_t *sums
 __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restrict w, const uint8_t *restrict a,
                                                            int64_t k, int n_rows, int n_tok, float *restrict out,
                                                            int64_t ld, const int G, const int ABLK, const int MINS,
-                                                           const int XINT, const int FOLD, const int NT) {
+                                                           const int XINT, const int FOLD, const int SIGNED,
+                                                           const int NT) {
     configure(G);
     const int nsub = ABLK / G;
     const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
@@ -126,13 +133,13 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     __m512 facc[TT], part[TT];
     for (int t = 0; t < NT; t++)
         facc[t] = part[t] = _mm512_setzero_ps();
-    tiles_issue(0, a, w, G);
+    tiles_issue(0, a, w, G, SIGNED);
     for (int64_t j = 0; j < nsb; j++) {
         const int set = (int)(j & 1);
         tiles_store(set, sums[set]);
         if (j + 1 < nsb) {
             const int64_t b1 = (j + 1) / nsub, s1 = (j + 1) % nsub;
-            tiles_issue(set ^ 1, a + (size_t)b1 * ab_bytes + (size_t)s1 * TT * G, w + (size_t)(j + 1) * sb_bytes, G);
+            tiles_issue(set ^ 1, a + (size_t)b1 * ab_bytes + (size_t)s1 * TT * G, w + (size_t)(j + 1) * sb_bytes, G, SIGNED);
         }
         if (j > 0)
             scale_sums(sums[set ^ 1], j - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
@@ -145,20 +152,57 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
 }
 
 /* XINT with the integer start added after the product: the tile is
- * zeroed, not loaded with X, so the sum is X + dot as avx512 forms it. */
-#define KERNEL(name, G, ABLK, MINS, XINT, FOLD)                                                              \
+ * zeroed, not loaded with X, so the sum is X + dot as avx512 forms it.
+ * SIGNED: the weight tiles hold the signed quants (below), the product is
+ * signed x signed and there is no X to add; the integer sums are the same. */
+#define KERNEL(name, G, ABLK, MINS, XINT, FOLD, SIGNED)                                                      \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
         if (n_tok <= 8)                                                                                        \
-            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, 8);                           \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, SIGNED, 8);                   \
         else                                                                                                   \
-            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, TT);                          \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, SIGNED, TT);                  \
     }
-KERNEL(kernel_q8_0_class, 32, 32, 0, 1, 0)  /* Q8_0, Q4_0, Q5_0 */
-KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)  /* Q4_1, Q5_1 */
-KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)   /* Q4_K, Q5_K */
-KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)   /* Q2_K */
-KERNEL(kernel_k16_offset, 16, 256, 0, 1, 0) /* Q3_K */
-KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)  /* Q6_K (avx512 unpacks its repacked tiles with the scales folded) */
+KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, IQ4_XS (signed tiles) */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0, 0)  /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0, 0)   /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0, 0)   /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 0, 0, 1) /* Q3_K (signed tiles) */
+KERNEL(kernel_q6_K_fold, 16, 256, 0, 0, 1, 1)  /* Q6_K (signed tiles; avx512 unpacks its repacked tiles with the scales folded) */
+
+/* Signed weight tiles: avx512 stores the quants of the types with an
+ * offset (Q8_0 q + 128, Q4_0 q + 8 as the file has it, ...) as unsigned
+ * bytes because vpdpbusd multiplies unsigned by signed, and folds the
+ * offset back in through the activations' X; the tile unit multiplies
+ * signed by signed, so this level's tiles are avx512's with the offset
+ * taken off the quants, which saves the vector units the X additions. */
+static void (*g_base_pack_w[FT_TYPE_COUNT])(const void *, size_t, int, int64_t, void *);
+static void (*g_base_unpack_rw[FT_TYPE_COUNT])(const void *, int64_t, void *);
+
+static void unoffset(void *tile, int64_t k, int G, int off) {
+    const size_t sb = ft_qg_sb_bytes(TR, G, 0), q = (size_t)G * TR;
+    const __m512i o = _mm512_set1_epi8((char)off);
+    for (uint8_t *p = tile, *end = p + (size_t)(k / G) * sb; p < end; p += sb)
+        for (size_t i = 0; i < q; i += 64)
+            _mm512_storeu_si512(p + i, _mm512_sub_epi8(_mm512_loadu_si512(p + i), o));
+}
+
+#define SIGNED_TILES(T, G, OFF)                                                                              \
+    static void pack_w_signed_##T(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {        \
+        g_base_pack_w[FT_TYPE_##T](w, w_row, n_rows, k, tile);                                              \
+        unoffset(tile, k, G, OFF);                                                                          \
+    }                                                                                                       \
+    static void unpack_rw_signed_##T(const void *rw, int64_t k, void *tile) {                              \
+        g_base_unpack_rw[FT_TYPE_##T](rw, k, tile);                                                         \
+        unoffset(tile, k, G, OFF);                                                                          \
+    }
+SIGNED_TILES(Q8_0, 32, 128)
+SIGNED_TILES(Q4_0, 32, 8)
+SIGNED_TILES(Q5_0, 32, 16)
+SIGNED_TILES(Q3_K, 16, 4)
+SIGNED_TILES(Q6_K, 16, 32)
+SIGNED_TILES(IQ4_NL, 32, 128) /* table values XOR 0x80 (qgemm_pack.h) */
+SIGNED_TILES(MXFP4, 32, 128)
+SIGNED_TILES(IQ4_XS, 32, 128)
 
 /* Activation tiles: a group is a whole sub-block, 16 tokens; the X and D
  * values as avx512 makes them. */
@@ -175,6 +219,11 @@ PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 4)
 PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
+/* IQ4_XS: Q8_K rows in 32-element blocks, for Q8_0's kernel (qgemm_pack.h) */
+static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 32, TT);
+}
+static size_t pack_a_iq4_xs_size(int64_t k) { return ft_qg_a_tile_bytes_q8_K_32(k, TT); }
 
 /* ---- the table ------------------------------------------------------------------------ */
 
@@ -184,21 +233,34 @@ PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
 static struct ft_qgemm g_amx[FT_TYPE_COUNT], g_rw[FT_TYPE_COUNT];
 
 typedef void (*pack_a_fn)(const void *, size_t, int, int64_t, void *);
+typedef void (*pack_w_fn)(const void *, size_t, int, int64_t, void *);
+typedef void (*unpack_rw_fn)(const void *, int64_t, void *);
 typedef size_t (*size_fn)(int64_t);
 typedef void (*kernel_fn)(const void *, const void *, int64_t, int, int, float *, int64_t);
 
-static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_size, kernel_fn kernel) {
+/* pack_w, unpack_rw: the signed tiles' (NULL: avx512's as they are). */
+static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_size, kernel_fn kernel,
+                pack_w_fn pack_w, unpack_rw_fn unpack_rw) {
     const struct ft_qgemm *base = l->qgemm[t];
     if (!base || base->type != t || base->w_tile_size == NULL)
         return;
     g_amx[t] = *base;
+    if (pack_w) {
+        g_base_pack_w[t] = base->pack_w;
+        g_base_unpack_rw[t] = base->unpack_rw;
+        g_amx[t].pack_w = pack_w;
+        g_amx[t].unpack_rw = base->unpack_rw ? unpack_rw : NULL;
+    }
     g_amx[t].tile_tokens = TT;
     g_amx[t].min_tokens = MIN_TOKENS;
     g_amx[t].a_tile_size = a_size;
     g_amx[t].pack_a = pack_a;
     g_amx[t].kernel = kernel;
-    g_amx[t].large = NULL;
-    g_amx[t].large_min_tokens = 0;
+    /* Q4_K, Q5_K: from FT_AMX_K4_MIN_TOKENS, the kernel with the scales in
+     * the integers (amx_qgemm_k4.c) */
+    g_amx[t].large = ft_amx_qgemm_k4(t);
+    g_amx[t].large_min_tokens = g_amx[t].large ? FT_AMX_K4_MIN_TOKENS : 0;
+    g_amx[t].large_own_floats = g_amx[t].large != NULL;
     if (!base->kernel_rw) {
         l->qgemm[t] = &g_amx[t];
         return;
@@ -210,14 +272,17 @@ static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_
 }
 
 void ft_amx_qgemm_fill(struct ft_level *l) {
-    set(l, FT_TYPE_Q8_0, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class);
-    set(l, FT_TYPE_Q4_0, pack_a_q4_0, pack_a_q4_0_size, kernel_q8_0_class);
-    set(l, FT_TYPE_Q5_0, pack_a_q5_0, pack_a_q5_0_size, kernel_q8_0_class);
-    set(l, FT_TYPE_Q4_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class);
-    set(l, FT_TYPE_Q5_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class);
-    set(l, FT_TYPE_Q2_K, pack_a_k16_sum, pack_a_k16_sum_size, kernel_k16_mins);
-    set(l, FT_TYPE_Q3_K, pack_a_q3_K, pack_a_q3_K_size, kernel_k16_offset);
-    set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
-    set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins);
-    set(l, FT_TYPE_Q6_K, pack_a_q6_K, pack_a_q6_K_size, kernel_q6_K_fold);
+    set(l, FT_TYPE_Q8_0, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_Q8_0, unpack_rw_signed_Q8_0);
+    set(l, FT_TYPE_Q4_0, pack_a_q4_0, pack_a_q4_0_size, kernel_q8_0_class, pack_w_signed_Q4_0, unpack_rw_signed_Q4_0);
+    set(l, FT_TYPE_Q5_0, pack_a_q5_0, pack_a_q5_0_size, kernel_q8_0_class, pack_w_signed_Q5_0, unpack_rw_signed_Q5_0);
+    set(l, FT_TYPE_Q4_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class, NULL, NULL);
+    set(l, FT_TYPE_Q5_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class, NULL, NULL);
+    set(l, FT_TYPE_Q2_K, pack_a_k16_sum, pack_a_k16_sum_size, kernel_k16_mins, NULL, NULL);
+    set(l, FT_TYPE_Q3_K, pack_a_q3_K, pack_a_q3_K_size, kernel_k16_offset, pack_w_signed_Q3_K, unpack_rw_signed_Q3_K);
+    set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
+    set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
+    set(l, FT_TYPE_Q6_K, pack_a_q6_K, pack_a_q6_K_size, kernel_q6_K_fold, pack_w_signed_Q6_K, unpack_rw_signed_Q6_K);
+    set(l, FT_TYPE_IQ4_NL, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_IQ4_NL, unpack_rw_signed_IQ4_NL);
+    set(l, FT_TYPE_MXFP4, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_MXFP4, unpack_rw_signed_MXFP4);
+    set(l, FT_TYPE_IQ4_XS, pack_a_iq4_xs, pack_a_iq4_xs_size, kernel_q8_0_class, pack_w_signed_IQ4_XS, unpack_rw_signed_IQ4_XS);
 }

@@ -173,6 +173,65 @@ DOT_32(vec_dot_q4_1_q8_1, ft_block_q4_1, ft_block_q8_1, block_q4_1, 1)
 DOT_32(vec_dot_q5_0_q8_0, ft_block_q5_0, ft_block_q8_0, block_q5_0, 0)
 DOT_32(vec_dot_q5_1_q8_1, ft_block_q5_1, ft_block_q8_1, block_q5_1, 1)
 
+/* ---- lookup-table types: IQ4_NL, IQ4_XS, MXFP4 ------------------------------------------- */
+
+static const int8_t k_iq4nl[16] = FT_KVALUES_IQ4NL;
+static const int8_t k_mxfp4[16] = FT_KVALUES_MXFP4;
+
+/* The 32 signed values a block's nibbles pick from table kv, in element
+ * order (vpshufb looks up in each 128-bit lane; the table is in both). */
+static inline __m256i lut32(const int8_t *kv, const uint8_t *qs) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(loadu128(kv)), nibbles32(qs));
+}
+
+/* |table value| <= 127, so dot_i8i8's pair sums stay below 2^15. */
+static inline __m256i block_iq4_nl(const ft_block_iq4_nl *x, const ft_block_q8_0 *y) {
+    return dot_i8i8(lut32(k_iq4nl, x->qs), loadu256(y->qs));
+}
+
+DOT_32(vec_dot_iq4_nl_q8_0, ft_block_iq4_nl, ft_block_q8_0, block_iq4_nl, 0)
+
+/* MXFP4's scale is a power of two (E8M0), not a half: no halves8 here. */
+static void vec_dot_mxfp4_q8_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_mxfp4 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int64_t nb = n / 32;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        prefetch_ahead(&x[i], 2 * (int)sizeof(x[i]));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d)),
+                               _mm256_cvtepi32_ps(dot_i8i8(lut32(k_mxfp4, x[i].qs), loadu256(y[i].qs))), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(ft_e8m0_to_fp32_half(x[i + 1].e) * f16(y[i + 1].d)),
+                               _mm256_cvtepi32_ps(dot_i8i8(lut32(k_mxfp4, x[i + 1].qs), loadu256(y[i + 1].qs))), acc1);
+    }
+    if (i < nb)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d)),
+                               _mm256_cvtepi32_ps(dot_i8i8(lut32(k_mxfp4, x[i].qs), loadu256(y[i].qs))), acc0);
+    *s = ftv_hsum(_mm256_add_ps(acc0, acc1));
+}
+
+/* IQ4_XS: per sub-block of 32 the pair sums (vpmaddubsw) times the signed
+ * 6-bit scale (vpmaddwd), 8 int32 lanes per super-block, one FMA. */
+static void vec_dot_iq4_xs_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_xs *x = vx;
+    const ft_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        prefetch_ahead(&x[i], (int)sizeof(x[i]));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < FT_QK_K / 32; b++) {
+            const __m256i q = lut32(k_iq4nl, x[i].qs + 16 * b);
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q),
+                                                     _mm256_sign_epi8(loadu256(y[i].qs + 32 * b), q));
+            const __m256i sc = _mm256_set1_epi16((short)(ft_iq4_xs_scale(&x[i], b) - 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = ftv_hsum(acc);
+}
+
 /* ---- K-quants ---------------------------------------------------------------------------- */
 
 /* Q2_K: x = d*sc*q - dmin*mn per 16; the mins go through Q8_K's bsums. */
@@ -362,4 +421,7 @@ void ft_avx2_quant_fill(struct ft_level *l) {
     t[FT_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
     t[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
+    t[FT_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0;
+    t[FT_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K;
+    t[FT_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0;
 }

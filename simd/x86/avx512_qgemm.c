@@ -661,6 +661,14 @@ static void kernel_rw1_q6_K(const void *w, const void *a1, int64_t k, int n_rows
         .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t, .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t, \
         .kernel_rw1 = kernel_rw1_##t};
 ENTRY(Q8_0, Q8_0, size_q8_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0_class)
+/* The lookup-table types: their values packed as Q8_0's (q + 128), Q8_0's kernel. */
+FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, 0x80)
+static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 4, TT);
+}
+ENTRY(IQ4_NL, Q8_0, size_q8_0_class, pack_w_lut_iq4_nl, pack_a_q8_0, kernel_q8_0_class)
+ENTRY(MXFP4, Q8_0, size_q8_0_class, pack_w_lut_mxfp4, pack_a_q8_0, kernel_q8_0_class)
+ENTRY(IQ4_XS, Q8_K, size_q8_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, kernel_q8_0_class)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
 ENTRY(Q5_0, Q8_0, size_q8_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q8_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
@@ -687,4 +695,7 @@ void ft_avx512_qgemm_fill(struct ft_level *l) {
     t[FT_TYPE_Q4_K] = &g_Q4_K;
     t[FT_TYPE_Q5_K] = &g_Q5_K;
     t[FT_TYPE_Q6_K] = &g_Q6_K;
+    t[FT_TYPE_IQ4_NL] = &g_IQ4_NL;
+    t[FT_TYPE_IQ4_XS] = &g_IQ4_XS;
+    t[FT_TYPE_MXFP4] = &g_MXFP4;
 }

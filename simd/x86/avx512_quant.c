@@ -284,6 +284,90 @@ static inline __m256i one_q5_1(const ft_block_q5_1 *x, const ft_block_q8_1 *y) {
         *s = ftv_hsum(_mm512_add_ps(acc0, acc1)) + hsum256_ps(_mm256_add_ps(acc2, accm)) + summs;               \
     }
 
+/* ---- lookup-table types: IQ4_NL, IQ4_XS, MXFP4 ------------------------------------------- */
+
+/* The tables biased by 128, as unsigned bytes for vpdpbusd (IQ4_NL's
+ * -127..113 -> 1..241, MXFP4's -12..12 -> 116..140); the bias comes off as
+ * 128 * sum(y), which keeps the sums exact. */
+static const int8_t k_iq4nl_s[16] = FT_KVALUES_IQ4NL;
+static const int8_t k_mxfp4_s[16] = FT_KVALUES_MXFP4;
+
+static inline __m512i lut_u8_512(const int8_t *kv) {
+    return _mm512_xor_si512(_mm512_broadcast_i32x4(loadu128(kv)), _mm512_set1_epi8((char)0x80));
+}
+
+/* int32 lanes of two blocks' table values (nibbles qa, qb) times y. */
+static inline __m512i pair_lut(const int8_t *kv, const uint8_t *qa, const uint8_t *qb, const int8_t *ya,
+                               const int8_t *yb) {
+    const __m512i xu = _mm512_shuffle_epi8(lut_u8_512(kv), nibbles_2x32(qa, qb));
+    const __m512i yy = load_2x32(ya, yb);
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xu, yy),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yy));
+}
+
+static inline __m256i one_lut(const int8_t *kv, const uint8_t *q, const int8_t *y) {
+    const __m256i lut = _mm256_xor_si256(_mm256_broadcastsi128_si256(loadu128(kv)), _mm256_set1_epi8((char)0x80));
+    const __m256i xu = _mm256_shuffle_epi8(lut, nibbles_32(q));
+    const __m256i yy = loadu256(y);
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), xu, yy),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), yy));
+}
+
+static inline __m512i pair_iq4_nl(const ft_block_iq4_nl *x, const ft_block_q8_0 *y) {
+    return pair_lut(k_iq4nl_s, x[0].qs, x[1].qs, y[0].qs, y[1].qs);
+}
+
+static inline __m256i one_iq4_nl(const ft_block_iq4_nl *x, const ft_block_q8_0 *y) {
+    return one_lut(k_iq4nl_s, x->qs, y->qs);
+}
+
+/* MXFP4: E8M0 scales, so pairs with scalar scales (no halves8 gather). */
+static void vec_dot_mxfp4_q8_0(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_mxfp4 *x = vx;
+    const ft_block_q8_0 *y = vy;
+    const int64_t nb = n / 32;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        prefetch_ahead(&x[i], 4 * (int)sizeof(x[i]));
+        acc0 = _mm512_fmadd_ps(scale_2(ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d),
+                                       ft_e8m0_to_fp32_half(x[i + 1].e) * f16(y[i + 1].d)),
+                               _mm512_cvtepi32_ps(pair_lut(k_mxfp4_s, x[i].qs, x[i + 1].qs, y[i].qs, y[i + 1].qs)),
+                               acc0);
+        acc1 = _mm512_fmadd_ps(scale_2(ft_e8m0_to_fp32_half(x[i + 2].e) * f16(y[i + 2].d),
+                                       ft_e8m0_to_fp32_half(x[i + 3].e) * f16(y[i + 3].d)),
+                               _mm512_cvtepi32_ps(pair_lut(k_mxfp4_s, x[i + 2].qs, x[i + 3].qs, y[i + 2].qs, y[i + 3].qs)),
+                               acc1);
+    }
+    __m256 acc2 = _mm256_setzero_ps();
+    for (; i < nb; i++)
+        acc2 = _mm256_fmadd_ps(_mm256_set1_ps(ft_e8m0_to_fp32_half(x[i].e) * f16(y[i].d)),
+                               _mm256_cvtepi32_ps(one_lut(k_mxfp4_s, x[i].qs, y[i].qs)), acc2);
+    *s = ftv_hsum(_mm512_add_ps(acc0, acc1)) + hsum256_ps(acc2);
+}
+
+/* IQ4_XS: two sub-blocks per zmm (lanes 0..7 and 8..15), each lane's exact
+ * int32 times its sub-block's signed scale (vpmulld), one FMA per
+ * super-block. */
+static void vec_dot_iq4_xs_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
+    const ft_block_iq4_xs *x = vx;
+    const ft_block_q8_K *y = vy;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / FT_QK_K; i++) {
+        prefetch_ahead(&x[i], (int)sizeof(x[i]));
+        __m512i sumi = _mm512_setzero_si512();
+        for (int b = 0; b < FT_QK_K / 32; b += 2) {
+            const __m512i p = pair_lut(k_iq4nl_s, x[i].qs + 16 * b, x[i].qs + 16 * b + 16, y[i].qs + 32 * b,
+                                       y[i].qs + 32 * b + 32);
+            const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi32(ft_iq4_xs_scale(&x[i], b) - 32),
+                                                  _mm256_set1_epi32(ft_iq4_xs_scale(&x[i], b + 1) - 32), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, sc));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(x[i].d) * y[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    *s = ftv_hsum(acc);
+}
+
 /* m * s of one Q4_1/Q5_1 block: the half at byte 2 of x (m) and of y (s). */
 static inline float ft_offset_term(const void *xb, const void *yb) {
     uint16_t m, s;
@@ -297,6 +381,7 @@ DOT_32(vec_dot_q4_0_q8_0, ft_block_q4_0, ft_block_q8_0, pair_q4_0, one_q4_0, 0)
 DOT_32(vec_dot_q5_0_q8_0, ft_block_q5_0, ft_block_q8_0, pair_q5_0, one_q5_0, 0)
 DOT_32(vec_dot_q4_1_q8_1, ft_block_q4_1, ft_block_q8_1, pair_q4_1, one_q4_1, 1)
 DOT_32(vec_dot_q5_1_q8_1, ft_block_q5_1, ft_block_q8_1, pair_q5_1, one_q5_1, 1)
+DOT_32(vec_dot_iq4_nl_q8_0, ft_block_iq4_nl, ft_block_q8_0, pair_iq4_nl, one_iq4_nl, 0)
 
 /* ---- K-quants ------------------------------------------------------------------------------ */
 
@@ -495,6 +580,9 @@ void ft_avx512_quant_fill_types(struct ft_type_info *t, bool have_bf16) {
     t[FT_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
     t[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
+    t[FT_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0;
+    t[FT_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K;
+    t[FT_TYPE_MXFP4].vec_dot = vec_dot_mxfp4_q8_0;
 }
 
 void ft_avx512_quant_fill(struct ft_level *l) { ft_avx512_quant_fill_types(l->types, ft_cpu_info()->avx512_bf16); }

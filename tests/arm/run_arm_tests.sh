@@ -81,15 +81,15 @@ for isa in neon-i8mm neon-dotprod neon scalar; do
 done
 run "attention, every level on max"  max        auto         "level neon-i8mm  *ok" "$ATTN"
 run "reference ops on qemu max"      max        auto         "test_ops_ref: .* checks passed" "$BUILD/test_ops_ref"
-run "gemm neon-i8mm on qemu max"     max        neon-i8mm    "level neon-i8mm  *10 GEMM types" "$QG"
-run "gemm neon-dotprod on qemu max"  max        neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
+run "gemm neon-i8mm on qemu max"     max        neon-i8mm    "level neon-i8mm  *13 GEMM types" "$QG"
+run "gemm neon-dotprod on qemu max"  max        neon-dotprod "level neon-dotprod  *13 GEMM types" "$QG"
 run "no gemm for neon on qemu max"   max        neon         "level neon  *0 GEMM types" "$QG"
 run "no gemm for scalar on qemu max" max        scalar       "level scalar  *0 GEMM types" "$QG"
 # Cortex-A76: dotprod without i8mm
 run "auto picks neon-dotprod on a76" cortex-a76 auto         "kernels: neon-dotprod (best neon-dotprod)"
 run "neon-i8mm refused on a76"       cortex-a76 neon-i8mm    "refused: FT_ISA=neon-i8mm: this CPU cannot run it"
 run "neon-dotprod on a76"            cortex-a76 neon-dotprod "level neon-dotprod  *ok"
-run "gemm neon-dotprod on a76"       cortex-a76 neon-dotprod "level neon-dotprod  *10 GEMM types" "$QG"
+run "gemm neon-dotprod on a76"       cortex-a76 neon-dotprod "level neon-dotprod  *13 GEMM types" "$QG"
 run "gemm neon-i8mm refused on a76"  cortex-a76 neon-i8mm    "refused: FT_ISA=neon-i8mm: this CPU cannot run it" "$QG"
 # Cortex-A53: ARMv8.0, no dotprod
 run "auto picks neon on cortex-a53"  cortex-a53 auto         "kernels: neon (best neon)"

@@ -10,6 +10,11 @@
  *     and sliding-window ranges, lengths around the 128-key chunk (1, 127,
  *     128, 129, 1000) and one long enough (5000) that the parts buffer
  *     makes chunks longer than 128 keys;
+ *   - with attention sinks (gpt-oss): bit for bit against
+ *     ft_attention_sink_ref on the scalar level, and on every level within
+ *     1e-4 * max |v| of a double-precision softmax with the sink logit
+ *     (Q rounded to fp16 as the kernels round it; 4e-3 on the scalar level,
+ *     whose V accumulator is fp16 as llama.cpp's);
  *   - heads of other rows and columns outside the output are not written
  *     beyond the output buffer (exact-size buffers, ASan).
  * With FT_ISA=<level> only that level is tested (tests/arm runs the NEON
@@ -39,8 +44,32 @@ struct shape {
 
 /* n_rows rows: the first n_first of sequence 0 (its last positions up to
  * len0 - 1), the rest of sequence 1 (up to len1 - 1). */
+/* softmax(scale q.K, sink) V over keys p0..p1 in double, Q rounded to fp16. */
+static void sink_double(const float *q, int64_t dk, int64_t dv, float scale, const struct ft_attn_kv *kv, int32_t p0,
+                        int32_t p1, float sink, float *out) {
+    double m = sink, den = 0.0, acc[512] = {0};
+    for (int32_t j = p0; j <= p1; j++) {
+        double sc = 0.0;
+        for (int64_t d = 0; d < dk; d++)
+            sc += (double)ft_fp16_to_fp32(ft_attn_k_at(kv, j)[d]) * (double)ft_fp16_to_fp32(ft_fp32_to_fp16(q[d]));
+        m = fmax(m, sc * scale);
+    }
+    den = exp((double)sink - m);
+    for (int32_t j = p0; j <= p1; j++) {
+        double sc = 0.0;
+        for (int64_t d = 0; d < dk; d++)
+            sc += (double)ft_fp16_to_fp32(ft_attn_k_at(kv, j)[d]) * (double)ft_fp16_to_fp32(ft_fp32_to_fp16(q[d]));
+        const double w = exp(sc * scale - m);
+        den += w;
+        for (int64_t d = 0; d < dv; d++)
+            acc[d] += w * (double)ft_fp16_to_fp32(ft_attn_v_at(kv, j)[d]);
+    }
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = (float)(acc[d] / den);
+}
+
 static void run_case(struct ft_threadpool *pool, const struct shape *sh, int32_t len0, int32_t len1, int n_rows,
-                     int n_first, int32_t window) {
+                     int n_first, int32_t window, bool with_sinks) {
     const enum ft_isa isa = ft_cpu_isa();
     const int32_t lens[2] = {len0, len1};
     const int32_t bt = FT_KV_BLOCK_TOKENS;
@@ -79,6 +108,9 @@ static void run_case(struct ft_threadpool *pool, const struct shape *sh, int32_t
     float *out = malloc(sizeof(float) * (size_t)(n_rows * o_row));
     for (int64_t i = 0; i < n_rows * q_row; i++)
         q[i] = rng_gauss();
+    float sinks[16];
+    for (int h = 0; h < 16; h++)
+        sinks[h] = rng_gauss() * 3.0f;
     const int nth = ft_threadpool_n_threads(pool);
     const struct ft_hparams hp = {.head_dim_k = (int32_t)sh->dk, .head_dim_v = (int32_t)sh->dv};
     const int rows_per_block = ft_attn_rows_per_block(&hp);
@@ -98,6 +130,7 @@ static void run_case(struct ft_threadpool *pool, const struct shape *sh, int32_t
             .k = k, .v = v, .k_row = k_row, .v_row = v_row, .seqs = seqs,
             .n_rows = n_rows, .q = q, .out = out, .row_pos = pos, .row_seq = seq, .row_att_n = att_n,
             .scratch = scratch, .scratch_stride = stride, .parts = parts, .split = modes[mi],
+            .sinks = with_sinks ? sinks : NULL,
         };
         ft_attention_run(pool, &job);
         const double tol = 1e-5 * vmax;
@@ -110,6 +143,24 @@ static void run_case(struct ft_threadpool *pool, const struct shape *sh, int32_t
                                               bt, sh->dk, sh->dv, bt * k_row, bt * v_row};
                 const int32_t p0 = window > 0 ? FT_MAX(0, pos[r] - window + 1) : 0;
                 const float *o = out + r * o_row + h * sh->dv;
+                if (with_sinks) {
+                    if (isa == FT_ISA_SCALAR) {
+                        ft_attention_sink_ref(q + r * q_row + h * sh->dk, sh->dk, sh->dv, 0.125f, &kv, p0, pos[r],
+                                              sinks[h], ref, tmp);
+                        if (memcmp(o, ref, sizeof(float) * (size_t)sh->dv) != 0 && bad++ < 3)
+                            CHECKF(0, "scalar sinks: row %d head %d differs from ft_attention_sink_ref", r, h);
+                    }
+                    sink_double(q + r * q_row + h * sh->dk, sh->dk, sh->dv, 0.125f, &kv, p0, pos[r], sinks[h], ref);
+                    for (int64_t d = 0; d < sh->dv; d++) {
+                        const double err = fabs((double)o[d] - (double)ref[d]);
+                        /* the scalar level's fp16 accumulator: 2^-11 relative per step */
+                        if (!(err <= (isa == FT_ISA_SCALAR ? 4e-3 : 1e-4) * vmax) && bad++ < 3)
+                            CHECKF(0, "%s sinks mode %d heads %d/%d lens %d rows %d window %d: row %d head %d [%lld] %.8g vs %.8g",
+                                   ft_isa_name(isa), (int)modes[mi], sh->n_head, sh->n_head_kv, len0, n_rows, window, r, h,
+                                   (long long)d, o[d], ref[d]);
+                    }
+                    continue;
+                }
                 if (isa == FT_ISA_SCALAR) {
                     if (att_n[r] >= FT_ATTN_TILE)
                         continue; /* (never: at most 8 rows) */
@@ -169,14 +220,16 @@ int main(void) {
         for (size_t s = 0; s < FT_ARRAY_LEN(shapes); s++)
             for (size_t l = 0; l < FT_ARRAY_LEN(lengths); l++) {
                 const int32_t n = lengths[l];
-                run_case(pool, &shapes[s], n, n, 1, 1, 0);             /* decode */
-                run_case(pool, &shapes[s], n, n, 1, 1, 100);           /* decode, sliding window */
+                run_case(pool, &shapes[s], n, n, 1, 1, 0, false);         /* decode */
+                run_case(pool, &shapes[s], n, n, 1, 1, 100, false);       /* decode, sliding window */
+                run_case(pool, &shapes[s], n, n, 1, 1, 16, true);         /* decode, window, sinks (gpt-oss) */
                 if (n >= 8) {
-                    run_case(pool, &shapes[s], n, n, 8, 8, 0);         /* a short chunk of one sequence */
-                    run_case(pool, &shapes[s], n, 300, 5, 2, 512);     /* two sequences in one batch */
+                    run_case(pool, &shapes[s], n, n, 8, 8, 0, false);     /* a short chunk of one sequence */
+                    run_case(pool, &shapes[s], n, 300, 5, 2, 512, false); /* two sequences in one batch */
+                    run_case(pool, &shapes[s], n, n, 8, 8, 0, true);      /* a chunk with sinks */
                 }
             }
-        run_case(pool, &shapes[0], 5000, 17, 2, 1, 0); /* chunks longer than 128 keys */
+        run_case(pool, &shapes[0], 5000, 17, 2, 1, 0, false); /* chunks longer than 128 keys */
         printf("level %-12s %s\n", ft_isa_name((enum ft_isa)isa), ft_test_failures == before ? "ok" : "FAILED");
     }
     ft_threadpool_free(pool);

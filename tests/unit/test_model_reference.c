@@ -35,6 +35,14 @@
  * kernels are held to 0.5 for BF16 and quantized types (2 x 0.25), same
  * top-1 and greedy rules -- until they add in the reference's order.
  *
+ * Mixture-of-experts models (qwen3moe, gpt-oss; ../shared/models-moe/README.md):
+ * top-k routing is discontinuous, so where a token's k-th and (k+1)-th
+ * router scores nearly tie, a last-bit difference picks another expert and
+ * moves that position's logits by whole units. The reference kernels
+ * reproduce llama.cpp's routing bit for bit and get no allowance; with the
+ * default kernels up to MOE_FLIPS_MAX isolated positions (or greedy steps)
+ * may miss the bounds, and are printed.
+ *
  * Greedy: the JSON's top_logits cover only the prompt positions, so the
  * margins of generated steps are unknown from the reference; we use OUR
  * top-2 margin instead, and decode one token per step while feeding the
@@ -60,6 +68,9 @@
 
 #define N_TOP 32
 #define MARGIN 0.5f
+/* Positions (plus greedy steps) a MoE model may lose to a routing near-tie
+ * with the default kernels: measured 1 (qwen3moe-Q4_0, position 15). */
+#define MOE_FLIPS_MAX 2
 
 struct ref {
     int32_t *prompt;
@@ -145,7 +156,7 @@ static int32_t top1(const float *l, int32_t n, float *margin) {
 
 /* The weight type from "ARCH-TYPE.gguf" (upper-cased). */
 static void type_of(const char *file, char *out, size_t cap) {
-    const char *dash = strchr(file, '-');
+    const char *dash = strrchr(file, '-'); /* gpt-oss-Q8_0: the last dash */
     const char *dot = strrchr(file, '.');
     size_t n = 0;
     if (dash && dot && dot > dash)
@@ -208,10 +219,29 @@ static void check_model(const char *dir, const char *file, bool ref_kernels, str
     rc = ft_model_forward(m, kv, &b, logits);
     CHECKF(rc == FT_OK, "%s: forward failed: %s (%s)", name, ft_strerror(rc), ft_last_error());
 
+    /* A MoE position whose logits miss the bound is a routing flip (default
+     * kernels only; see the opening comment): left out of the other checks. */
+    const bool moe = ft_model_hparams(m)->n_expert > 0 && !ref_kernels;
+    int n_flips = 0;
+    char flips[256] = "";
     double max_err = 0.0, sq_err = 0.0;
     int max_pos = 0, max_id = 0, n_top_checked = 0, n_top_agree = 0, n_over = 0;
     for (int p = 0; rc == FT_OK && p < n; p++) {
         const float *l = logits + (size_t)p * (size_t)nv;
+        double pos_err = 0.0;
+        for (int j = 0; j < N_TOP; j++) {
+            const int32_t id = r.top_id[p][j];
+            if (id >= 0 && id < nv) {
+                const double e = fabs((double)l[id] - (double)r.top_logit[p][j]);
+                pos_err = !(e <= pos_err) ? e : pos_err;
+            }
+        }
+        if (moe && !(pos_err <= tol)) {
+            n_flips++;
+            const size_t o = strlen(flips);
+            snprintf(flips + o, sizeof(flips) - o, " pos %d (%.3f)", p, pos_err);
+            continue;
+        }
         for (int j = 0; j < N_TOP; j++) {
             const int32_t id = r.top_id[p][j];
             if (id < 0 || id >= nv) {
@@ -251,7 +281,11 @@ static void check_model(const char *dir, const char *file, bool ref_kernels, str
         float mg;
         const int32_t t = top1(cur, nv, &mg);
         same_all += t == r.greedy[step];
-        if (mg >= MARGIN) {
+        if (mg >= MARGIN && moe && t != r.greedy[step]) {
+            n_flips++;
+            const size_t o = strlen(flips);
+            snprintf(flips + o, sizeof(flips) - o, " step %d", step);
+        } else if (mg >= MARGIN) {
             compared++;
             matched += t == r.greedy[step];
             CHECKF(t == r.greedy[step], "%s: greedy step %d: %d, reference %d (our margin %.3f)", name,
@@ -275,7 +309,11 @@ static void check_model(const char *dir, const char *file, bool ref_kernels, str
            compared, same_all, r.n_greedy);
     if (first_tie >= 0)
         printf(" (first near-tie: step %d, margin %.3f)", first_tie, tie_margin);
+    if (n_flips > 0)
+        printf(" routing flips:%s", flips);
     printf("\n");
+    CHECKF(n_flips <= MOE_FLIPS_MAX, "%s (%s kernels): %d positions or steps off (routing near-ties?), at most %d allowed:%s",
+           name, ft_simd_isa_name(), n_flips, MOE_FLIPS_MAX, flips);
     if (max_err / tol > worst->err) {
         worst->err = max_err / tol;
         if (snprintf(worst->model, sizeof(worst->model), "%s (max |err| %.4f of %.2f)", name, max_err, tol) < 0)

@@ -26,6 +26,7 @@
 #include "ft/types.h"
 #include "ft_test.h"
 #include "simd/fp16.h"
+#include "simd/level.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -48,8 +49,10 @@ static void *xmalloc(size_t n) {
     return p;
 }
 
-static const enum ft_type k_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0, FT_TYPE_Q5_1,
-                                       FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K};
+static const enum ft_type k_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q4_0, FT_TYPE_Q4_1,   FT_TYPE_Q5_0,
+                                       FT_TYPE_Q5_1, FT_TYPE_Q2_K, FT_TYPE_Q3_K,   FT_TYPE_Q4_K,
+                                       FT_TYPE_Q5_K, FT_TYPE_Q6_K, FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS,
+                                       FT_TYPE_MXFP4};
 
 /* Random bytes with sane half-precision scales (no NaN/inf): every quant
  * and sub-block scale bit pattern appears. Offsets of the halves as in
@@ -61,7 +64,7 @@ static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
         x[i] = (uint8_t)rng_next();
     int off[2] = {-1, -1};
     switch (t) {
-    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: off[0] = 0; break;
+    case FT_TYPE_Q4_0: case FT_TYPE_Q5_0: case FT_TYPE_Q8_0: case FT_TYPE_IQ4_NL: case FT_TYPE_IQ4_XS: off[0] = 0; break;
     case FT_TYPE_Q4_1: case FT_TYPE_Q5_1: case FT_TYPE_Q4_K: case FT_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
     case FT_TYPE_Q2_K: off[0] = 80; off[1] = 82; break;
     case FT_TYPE_Q3_K: off[0] = 108; break;
@@ -76,6 +79,9 @@ static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
                 const uint16_t h = ft_float_to_half(v);
                 memcpy(x + b * (int64_t)ti->type_size + off[j], &h, 2);
             }
+    if (t == FT_TYPE_MXFP4) /* E8M0 scales 2^-18 .. 2^-3 */
+        for (int64_t b = 0; b < nb; b++)
+            x[b * (int64_t)ti->type_size] = (uint8_t)(110 + rng_next() % 16);
 }
 
 /* A buffer of n bytes at an address that is 4 mod 64. */
@@ -177,6 +183,15 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
             g->pack_w(w, w_row, g->tile_rows, k, from_rows);
             CHECKF(memcmp(from_rw, from_rows, g->w_tile_size(k)) == 0, "%s unpack_rw %s k=%lld: not pack_w's tile",
                    ft_isa_name(isa), ref->name, (long long)k);
+            /* and the large entry's unpack_rw its own pack_w's tile */
+            const struct ft_qgemm *L = g->large;
+            if (L && L->unpack_rw) {
+                L->unpack_rw(tile, k, from_rw);
+                L->pack_w(w, w_row, g->tile_rows, k, from_rows);
+                CHECKF(memcmp(from_rw, from_rows, L->w_tile_size(k)) == 0,
+                       "%s large unpack_rw %s k=%lld: not its pack_w's tile", ft_isa_name(isa), ref->name,
+                       (long long)k);
+            }
             free(from_rw);
             free(from_rows);
         }
@@ -219,7 +234,11 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
      * and each applies the scales in the same order as the level it builds
      * on: the floats must be identical */
     const enum ft_isa same_as = isa == FT_ISA_NEON_I8MM ? FT_ISA_NEON_DOTPROD : isa == FT_ISA_AMX ? FT_ISA_AVX512 : isa;
-    if (same_as != isa && ft_isa_supported(same_as)) {
+    /* except the amx Q4_K/Q5_K large entry, whose integer sums take the
+     * sub-block scales (amx_qgemm_k4.c): its floats are another order, held
+     * to the reference below */
+    const bool own_order = isa == FT_ISA_AMX && g == ft_amx_qgemm_k4(t);
+    if (same_as != isa && ft_isa_supported(same_as) && !own_order) {
         float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
         gemm_run(ft_qgemm_get_isa(t, same_as), w, w_row, rows, a, a_row, n_tok, k, out_dot, ld, false);
@@ -312,7 +331,8 @@ static void check_level(enum ft_isa isa) {
         if (g->large) {
             const struct ft_qgemm *L = g->large;
             CHECK(L->type == t && L->act_type == g->act_type && L->tile_rows == g->tile_rows && !L->large);
-            CHECK(L->w_tile_size == g->w_tile_size && L->pack_w == g->pack_w && L->unpack_rw == g->unpack_rw);
+            /* weights repacked at load: the large entry unpacks them into its tiles */
+            CHECK(!g->kernel_rw || (L->w_tile_size == g->w_tile_size && L->unpack_rw));
             CHECKF(!g->kernel_rw || g->large_min_tokens >= FT_RW_UNPACK_MIN_TOKENS,
                    "%s %s: the large entry would run on kernel_rw's path", ft_isa_name(isa), ft_type_name(t));
             CHECK(ft_qgemm_for_tokens(g, g->large_min_tokens - 1) == g && ft_qgemm_for_tokens(g, g->large_min_tokens) == L);

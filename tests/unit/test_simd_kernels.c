@@ -116,6 +116,7 @@ static void buf_free(struct buf *b) { free(b->base); }
 static const enum ft_type k_weight_types[] = {
     FT_TYPE_F32,  FT_TYPE_F16,  FT_TYPE_BF16, FT_TYPE_Q4_0, FT_TYPE_Q4_1, FT_TYPE_Q5_0, FT_TYPE_Q5_1,
     FT_TYPE_Q8_0, FT_TYPE_Q2_K, FT_TYPE_Q3_K, FT_TYPE_Q4_K, FT_TYPE_Q5_K, FT_TYPE_Q6_K,
+    FT_TYPE_IQ4_NL, FT_TYPE_IQ4_XS, FT_TYPE_MXFP4,
 };
 static const enum ft_type k_act_types[] = {FT_TYPE_Q8_0, FT_TYPE_Q8_1, FT_TYPE_Q8_K, FT_TYPE_F16, FT_TYPE_BF16};
 static const int64_t k_lengths[] = {1, 7, 17, 32, 64, 96, 256, 512, 640, 768, 1024, 2048, 2304, 8192};
@@ -158,6 +159,13 @@ static void random_weight_bytes(enum ft_type t, uint8_t *x, int64_t n) {
             break;
         case FT_TYPE_Q6_K:
             memcpy(blk + 208, &d, 2);
+            break;
+        case FT_TYPE_IQ4_NL:
+        case FT_TYPE_IQ4_XS:
+            memcpy(blk, &d, 2);
+            break;
+        case FT_TYPE_MXFP4: /* scales 2^-18 .. 2^-3, like d above */
+            blk[0] = (uint8_t)(110 + rng_next() % 16);
             break;
         default:
             break;

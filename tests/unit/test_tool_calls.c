@@ -13,6 +13,7 @@
  *  - the answers' JSON: message.tool_calls and streamed delta.tool_calls.
  * The HTTP sources are compiled in, as test_http_parse.c does. */
 #include "http/chat_context.c"
+#include "http/reasoning.c"
 #include "http/request_parse.c"
 #include "http/responses.c"
 #include "http/tool_request.c"
@@ -617,7 +618,7 @@ static void test_answers(void) {
     struct ft_tool_call call = {NULL, "get_weather", (char *)paris};
     struct ft_tool_parse p = {"", &call, 1};
     const char *ids[] = {"call_abc"};
-    char *s = ft_resp_completion_tools(&c, &p, ids, &m, NULL);
+    char *s = ft_resp_completion_tools(&c, &p, ids, NULL, &m, NULL);
     CHECKF(s && strcmp(s, "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,\"model\":"
                           "\"m\",\"system_fingerprint\":\"freetoken\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
                           "\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_abc\",\"type\":\"function\","

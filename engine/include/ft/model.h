@@ -25,6 +25,8 @@ enum ft_arch {
     FT_ARCH_QWEN2,
     FT_ARCH_QWEN3,
     FT_ARCH_GEMMA3,
+    FT_ARCH_QWEN3MOE,
+    FT_ARCH_GPTOSS,
 };
 
 /* Hyper-parameters read from `<arch>.*` metadata, with llama.cpp's defaults
@@ -46,6 +48,7 @@ struct ft_hparams {
     float rope_freq_base;     /* default 10000 */
     float rope_freq_base_swa; /* gemma3 sliding-window layers (default 10000) */
     float rope_freq_scale;    /* 1 / rope.scaling.factor (default 1) */
+    float rope_freq_scale_swa; /* sliding-window layers (default 1: gemma3; gpt-oss: rope_freq_scale) */
     float rope_ext_factor;    /* YaRN: 1 when rope.scaling.type is yarn, else 0 */
     float rope_attn_factor;   /* YaRN magnitude correction (1 otherwise) */
     float rope_beta_fast;     /* YaRN ramp (32) */
@@ -55,6 +58,10 @@ struct ft_hparams {
     int32_t swa_pattern;      /* gemma3: layer il is global when il % swa_pattern == swa_pattern - 1 */
     float attn_scale;         /* multiplies Q.K (1/sqrt(head_dim_k) unless the arch says otherwise) */
     float final_softcap;      /* logits = c * tanh(logits / c); 0 = off */
+    /* Mixture of experts (qwen3moe, gpt-oss); 0 for dense models. */
+    int32_t n_expert;         /* expert_count */
+    int32_t n_expert_used;    /* expert_used_count: experts per token */
+    int32_t n_ff_exp;         /* expert_feed_forward_length: rows of one expert's gate/up */
     int32_t pooling_type;     /* <arch>.pooling_type, llama.cpp's numbers (0 none, 1 mean, 2 cls, 3 last,
                                  4 rank); -1 when absent. Embeddings only (http/embeddings.h) */
     bool rope_neox;

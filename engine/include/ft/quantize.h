@@ -45,7 +45,10 @@ enum ft_ftype {
     FT_FTYPE_Q5_K_S = 16,
     FT_FTYPE_Q5_K_M = 17,
     FT_FTYPE_Q6_K = 18,
+    FT_FTYPE_IQ4_NL = 25,
+    FT_FTYPE_IQ4_XS = 30,
     FT_FTYPE_BF16 = 32,
+    FT_FTYPE_MXFP4_MOE = 38,
 };
 
 struct ft_ftype_desc {

@@ -4,6 +4,7 @@
 #define FT_SERVER_H
 
 #include "ft/model.h"
+#include "ft/reasoning.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,6 +35,8 @@ struct ft_server_config {
     bool log_json;                  /* access log as JSON lines */
     const char *chat_template;      /* a file or a built-in name; overrides the model's template */
     bool special_tokens_in_messages; /* message text may become control tokens (llama-server's behaviour) */
+    enum ft_reasoning_format reasoning_format; /* --reasoning-format: requests' default (auto: separate reasoning
+                                                  when the template has a syntax) */
     size_t max_body;                /* request body limit in bytes */
     int32_t max_queue;              /* waiting requests at most (503 beyond) */
     int timeout_s;                  /* idle connection / stalled write timeout; generation has none */

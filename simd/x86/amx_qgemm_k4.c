@@ -1,0 +1,314 @@
+/* Q4_K and Q5_K prefill on AMX tiles with the sub-block scales in the
+ * integers: the amx level's large-batch entry for these types (struct
+ * ft_qgemm.large; compiled with the amx flags, cmake/FtSimd.cmake).
+ *
+ * A Q4_K/Q5_K super-block of 256 weights has one float d and dmin and
+ * eight 6-bit integer scales sc and mins m, one per 32 weights; its Q8_K
+ * activations have one float D. So, as ggml's vec_dot does,
+ *   dot = D (d sum_s sc_s (q . a)_s - dmin sum_s m_s bsum_s)
+ * where everything inside the sums is an integer. amx_qgemm.c's kernel
+ * takes the tile unit's sums out per 32 weights and scales them in floats
+ * (4 vector operations per token and sub-block), which is where its time
+ * goes. Here the integer scales go into the weights instead: with sc = 8 hi
+ * + lo (hi, lo in 0..7), q * hi and q * lo are bytes (at most 31 * 7), so
+ * two tile products over the whole super-block give
+ *   S = 8 (a . q hi) + (a . q lo) = sum_s sc_s (q . a)_s
+ * exactly, with the products 64 bytes deep and the sums leaving the tiles
+ * once per 256 weights instead of eight times. The mins' term is 4 int16
+ * pair dot products (vpdpwssd) per weight row and super-block on the
+ * activations' 32-element sums. Then, per super-block, one float
+ * expression per weight row: acc += D (d S - dmin M).
+ *
+ * Orientation: the weights are the tiles' A operand (16 rows of 64 bytes,
+ * a row's products in its natural order, so unpacking needs no transpose)
+ * and the activations the B operand (16 groups of 4 bytes x 16 tokens,
+ * made once per batch). C is then 16 weight rows x 16 tokens, a vector per
+ * weight row; the 16 x 16 result is transposed once at the end.
+ *
+ * Numerics: integer sums exact; the float operations differ from avx512's
+ * kernel (which scales per sub-block) in order, so this entry is checked
+ * against the reference within the vec_dot tolerance, not bit for bit
+ * against avx512 (tests/unit/test_qgemm.c). */
+#include "ft/common.h"
+#include "simd/fp16.h"
+#include "simd/level.h"
+#include "simd/quant_ref.h"
+#include "simd/x86/amx_common.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define TR 16    /* weight rows per tile */
+#define TT 16    /* tokens per activation tile */
+#define CH 64    /* elements per tile product (bytes of an A row) */
+#define NCH (FT_QK_K / CH)
+
+/* Weight tile, per super-block: d[16], dmin[16] (floats), m pairs [16][4]
+ * (uint32: m[2p] | m[2p+1] << 16 of each row), then per 64-element chunk
+ * the hi and lo products, each 16 rows x 64 bytes. */
+#define W_HEAD (2 * TR * 4 + TR * 4 * 4)
+#define W_SB (W_HEAD + NCH * 2 * TR * CH)
+/* Activation tile, per super-block: per chunk 16 groups x 16 tokens x 4
+ * bytes, then D[16] (floats) and the 32-element sums as int16 pairs
+ * [4][16] (uint32 per token). */
+#define A_Q (NCH * (CH / 4) * TT * 4)
+#define A_SB (A_Q + TT * 4 + 4 * TT * 4)
+
+/* Distinct from amx_qgemm.c's ids (16, 32) and amx_float_gemm.c's. */
+#define CFG_ID 0x4b
+
+static size_t w_tile_size(int64_t k) { return (size_t)(k / FT_QK_K) * W_SB; }
+static size_t a_tile_size(int64_t k) { return (size_t)(k / FT_QK_K) * A_SB; }
+
+/* Every tile is 16 rows of 64 bytes: tmm0 C hi, tmm1 C lo; operand set s
+ * (0, 1) is A hi 2 + 3s, A lo 3 + 3s, B 4 + 3s. */
+static inline void configure(void) {
+    if (ft_amx_cfg_id == CFG_ID)
+        return;
+    struct ft_amx_cfg c;
+    memset(&c, 0, sizeof(c));
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    ft_amx_load(&c, CFG_ID);
+}
+
+/* ---- packing ------------------------------------------------------------------------- */
+
+/* q * s for q in 0..15, per s in 0..7: one vpshufb table each. */
+#define MUL_ROW(s) {0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s, 8 * s, 9 * s, 10 * s, 11 * s, 12 * s, 13 * s, 14 * s, 15 * s}
+static const uint8_t k_mul[8][16] __attribute__((aligned(16))) = {MUL_ROW(0), MUL_ROW(1), MUL_ROW(2), MUL_ROW(3),
+                                                                  MUL_ROW(4), MUL_ROW(5), MUL_ROW(6), MUL_ROW(7)};
+#undef MUL_ROW
+
+/* 32 quants (bytes 0..31, in q4; with bit 4 where h5 has 0xff) times s. */
+static inline __m256i times(__m256i q4, __m256i h5, int s) {
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)k_mul[s]));
+    const __m256i p = _mm256_shuffle_epi8(tab, q4);
+    return _mm256_add_epi8(p, _mm256_and_si256(h5, _mm256_set1_epi8((char)(16 * s))));
+}
+
+/* Row r of a weight tile from one Q4_K (qh NULL) or Q5_K super-block. */
+static void pack_sb_row(uint8_t *sb, int r, uint16_t dh, uint16_t dminh, const uint8_t *scales, const uint8_t *qs,
+                        const uint8_t *qh) {
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = scales[j] & 63;
+            mn[j] = scales[j + 4] & 63;
+        } else {
+            sc[j] = (scales[j + 4] & 0x0f) | ((scales[j - 4] >> 6) << 4);
+            mn[j] = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+        }
+    }
+    float *d = (float *)(void *)sb, *dmin = d + TR;
+    uint32_t *mp = (uint32_t *)(void *)(sb + 2 * TR * 4) + r * 4;
+    d[r] = ft_half_to_float(dh);
+    dmin[r] = ft_half_to_float(dminh);
+    for (int p = 0; p < 4; p++)
+        mp[p] = (uint32_t)mn[2 * p] | (uint32_t)mn[2 * p + 1] << 16;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < NCH; c++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        const __m256i q0 = _mm256_and_si256(x, low), q1 = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+        /* bit 2c of qh[l] is bit 4 of element 64c + l, bit 2c + 1 of 64c + 32 + l */
+        const __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+        const __m256i h0 = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, b0), b0);
+        const __m256i h1 = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, b1), b1);
+        const int s0 = sc[2 * c], s1 = sc[2 * c + 1];
+        uint8_t *hi = sb + W_HEAD + (size_t)c * 2 * TR * CH + (size_t)r * CH, *lo = hi + TR * CH;
+        _mm256_storeu_si256((__m256i *)hi, times(q0, h0, s0 >> 3));
+        _mm256_storeu_si256((__m256i *)(hi + 32), times(q1, h1, s1 >> 3));
+        _mm256_storeu_si256((__m256i *)lo, times(q0, h0, s0 & 7));
+        _mm256_storeu_si256((__m256i *)(lo + 32), times(q1, h1, s1 & 7));
+    }
+}
+
+static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    const int64_t nb = k / FT_QK_K;
+    if (n_rows < TR) /* the missing rows */
+        memset(tile, 0, w_tile_size(k));
+    for (int r = 0; r < n_rows; r++) {
+        const ft_block_q4_K *x = (const ft_block_q4_K *)(const void *)((const uint8_t *)w + (size_t)r * w_row);
+        for (int64_t b = 0; b < nb; b++)
+            pack_sb_row((uint8_t *)tile + (size_t)b * W_SB, r, x[b].d, x[b].dmin, x[b].scales, x[b].qs, NULL);
+    }
+}
+
+static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    const int64_t nb = k / FT_QK_K;
+    if (n_rows < TR) /* the missing rows */
+        memset(tile, 0, w_tile_size(k));
+    for (int r = 0; r < n_rows; r++) {
+        const ft_block_q5_K *x = (const ft_block_q5_K *)(const void *)((const uint8_t *)w + (size_t)r * w_row);
+        for (int64_t b = 0; b < nb; b++)
+            pack_sb_row((uint8_t *)tile + (size_t)b * W_SB, r, x[b].d, x[b].dmin, x[b].scales, x[b].qs, x[b].qh);
+    }
+}
+
+/* n_tok Q8_K rows into an activation tile; the missing tokens are zero. */
+static void pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
+    const int64_t nb = k / FT_QK_K;
+    memset(tile, 0, a_tile_size(k));
+    for (int t = 0; t < n_tok; t++) {
+        const ft_block_q8_K *y = (const ft_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *sb = (uint8_t *)tile + (size_t)b * A_SB;
+            for (int c = 0; c < NCH; c++)
+                for (int g = 0; g < CH / 4; g++)
+                    memcpy(sb + ((size_t)(c * (CH / 4) + g) * TT + (size_t)t) * 4, y[b].qs + c * CH + 4 * g, 4);
+            memcpy(sb + A_Q + 4 * t, &y[b].d, 4);
+            uint32_t *bp = (uint32_t *)(void *)(sb + A_Q + TT * 4);
+            for (int p = 0; p < 4; p++) {
+                const int s0 = y[b].bsums[4 * p] + y[b].bsums[4 * p + 1];
+                const int s1 = y[b].bsums[4 * p + 2] + y[b].bsums[4 * p + 3];
+                bp[p * TT + t] = (uint32_t)(uint16_t)(int16_t)s0 | (uint32_t)(uint16_t)(int16_t)s1 << 16;
+            }
+        }
+    }
+}
+
+/* ---- kernel --------------------------------------------------------------------------- */
+
+static inline void load_set(int set, const uint8_t *w, const uint8_t *a) {
+    if (set == 0) {
+        _tile_loadd(2, w, CH);
+        _tile_loadd(3, w + TR * CH, CH);
+        _tile_loadd(4, a, 64);
+    } else {
+        _tile_loadd(5, w, CH);
+        _tile_loadd(6, w + TR * CH, CH);
+        _tile_loadd(7, a, 64);
+    }
+}
+
+static inline void multiply(int set) {
+    if (set == 0) {
+        _tile_dpbusd(0, 2, 4);
+        _tile_dpbusd(1, 3, 4);
+    } else {
+        _tile_dpbusd(0, 5, 7);
+        _tile_dpbusd(1, 6, 7);
+    }
+}
+
+/* Super-block sums (hi then lo, 16 rows x 16 tokens each) into acc. */
+static inline void scale_sb(const int32_t *sums, const uint8_t *wsb, const uint8_t *asb, __m512 acc[TR]) {
+    const float *d = (const float *)(const void *)wsb, *dmin = d + TR;
+    const uint32_t *mp = (const uint32_t *)(const void *)(wsb + 2 * TR * 4);
+    const __m512 D = _mm512_loadu_ps(asb + A_Q);
+    const uint32_t *bp = (const uint32_t *)(const void *)(asb + A_Q + TT * 4);
+    const __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + TT), b2 = _mm512_loadu_si512(bp + 2 * TT),
+                  b3 = _mm512_loadu_si512(bp + 3 * TT);
+    for (int r = 0; r < TR; r++) {
+        const __m512i hi = _mm512_load_si512(sums + r * TT), lo = _mm512_load_si512(sums + TR * TT + r * TT);
+        const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(hi, 3), lo);
+        __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32((int)mp[4 * r]), b0);
+        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32((int)mp[4 * r + 1]), b1);
+        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32((int)mp[4 * r + 2]), b2);
+        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32((int)mp[4 * r + 3]), b3);
+        const __m512 f = _mm512_fmsub_ps(_mm512_set1_ps(d[r]), _mm512_cvtepi32_ps(s),
+                                         _mm512_mul_ps(_mm512_set1_ps(dmin[r]), _mm512_cvtepi32_ps(m)));
+        acc[r] = _mm512_fmadd_ps(f, D, acc[r]);
+    }
+}
+
+/* A software pipeline: the next chunk's tiles load while the tile unit
+ * multiplies this one; a super-block's sums are stored after its last
+ * chunk and scaled after the next super-block's first products are
+ * issued, so the vector units work while the tile unit does. */
+static void kernel(const void *w_tile, const void *a_tile, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) {
+    configure();
+    const uint8_t *w = w_tile, *a = a_tile;
+    const int64_t nb = k / FT_QK_K, nch = nb * NCH;
+    int32_t sums[2][2 * TR * TT] __attribute__((aligned(64)));
+    __m512 acc[TR];
+    for (int r = 0; r < TR; r++)
+        acc[r] = _mm512_setzero_ps();
+#define WCH(c) (w + (size_t)((c) / NCH) * W_SB + W_HEAD + (size_t)((c) % NCH) * 2 * TR * CH)
+#define ACH(c) (a + (size_t)((c) / NCH) * A_SB + (size_t)((c) % NCH) * (CH / 4) * TT * 4)
+    load_set(0, WCH(0), ACH(0));
+    for (int64_t c = 0; c < nch; c++) {
+        const int set = (int)(c & 1);
+        const int64_t b = c / NCH;
+        if (c % NCH == 0) {
+            _tile_zero(0);
+            _tile_zero(1);
+        }
+        multiply(set);
+        if (c + 1 < nch)
+            load_set(set ^ 1, WCH(c + 1), ACH(c + 1));
+        if (c % NCH == 0 && b > 0)
+            scale_sb(sums[(b - 1) & 1], w + (size_t)(b - 1) * W_SB, a + (size_t)(b - 1) * A_SB, acc);
+        if (c % NCH == NCH - 1) {
+            _tile_stored(0, sums[b & 1], 64);
+            _tile_stored(1, sums[b & 1] + TR * TT, 64);
+        }
+    }
+#undef WCH
+#undef ACH
+    scale_sb(sums[(nb - 1) & 1], w + (size_t)(nb - 1) * W_SB, a + (size_t)(nb - 1) * A_SB, acc);
+    /* acc[r] holds row r's 16 tokens: transpose to a vector per token */
+    __m512 t[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = acc[i];
+    {
+        __m512 u[16];
+        for (int i = 0; i < 8; i++) {
+            u[2 * i] = _mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]);
+            u[2 * i + 1] = _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]);
+        }
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 2; j++) {
+                const __m512d x = _mm512_castps_pd(u[4 * i + j]), y = _mm512_castps_pd(u[4 * i + j + 2]);
+                t[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
+                t[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
+            }
+        for (int c = 0; c < 4; c++) {
+            const __m512 p = _mm512_shuffle_f32x4(t[c], t[4 + c], 0x88), q = _mm512_shuffle_f32x4(t[c], t[4 + c], 0xdd);
+            const __m512 e = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0x88),
+                         f = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0xdd);
+            u[c] = _mm512_shuffle_f32x4(p, e, 0x88);
+            u[8 + c] = _mm512_shuffle_f32x4(p, e, 0xdd);
+            u[4 + c] = _mm512_shuffle_f32x4(q, f, 0x88);
+            u[12 + c] = _mm512_shuffle_f32x4(q, f, 0xdd);
+        }
+        const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+        for (int i = 0; i < n_tok; i++)
+            _mm512_mask_storeu_ps(out + (int64_t)i * ld, rows, u[i]);
+    }
+}
+
+/* ---- entries -------------------------------------------------------------------------- */
+
+static const struct ft_qgemm g_q4_K = {
+    .type = FT_TYPE_Q4_K,
+    .act_type = FT_TYPE_Q8_K,
+    .tile_rows = TR,
+    .tile_tokens = TT,
+    .min_tokens = FT_AMX_K4_MIN_TOKENS,
+    .w_tile_size = w_tile_size,
+    .a_tile_size = a_tile_size,
+    .pack_w = pack_w_q4_K,
+    .pack_a = pack_a,
+    .kernel = kernel,
+};
+static const struct ft_qgemm g_q5_K = {
+    .type = FT_TYPE_Q5_K,
+    .act_type = FT_TYPE_Q8_K,
+    .tile_rows = TR,
+    .tile_tokens = TT,
+    .min_tokens = FT_AMX_K4_MIN_TOKENS,
+    .w_tile_size = w_tile_size,
+    .a_tile_size = a_tile_size,
+    .pack_w = pack_w_q5_K,
+    .pack_a = pack_a,
+    .kernel = kernel,
+};
+
+const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t) {
+    return t == FT_TYPE_Q4_K ? &g_q4_K : t == FT_TYPE_Q5_K ? &g_q5_K : NULL;
+}
