@@ -130,6 +130,15 @@ int ft_args_parse(const struct ft_cmd_spec *spec, int argc, char **argv, const c
     return 0;
 }
 
+int ft_args_parse_opts(const struct ft_cmd_spec *spec, int argc, char **argv) {
+    const char *unused[1]; /* max_positional 0: never written */
+    int n;
+    int r = ft_args_parse(spec, argc, argv, unused, &n);
+    if (r)
+        return r > 0 ? 0 : 2;
+    return FT_ARGS_GO_ON;
+}
+
 void ft_args_print_help(const struct ft_cmd_spec *spec) {
     printf("usage: %s\n\n%s\n\noptions:\n", spec->usage, spec->about);
     for (int i = 0; i < spec->n_opts; i++) {

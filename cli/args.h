@@ -46,6 +46,13 @@ int ft_args_parse(const struct ft_cmd_spec *spec, int argc, char **argv, const c
                   int *n_positional);
 void ft_args_print_help(const struct ft_cmd_spec *spec);
 
+/* ft_args_parse for a command that takes no positional arguments
+ * (max_positional 0), its result turned into what the command returns:
+ * FT_ARGS_GO_ON to carry on, else the exit status (0 after --help, 2 after
+ * a usage error, whose line is printed). */
+#define FT_ARGS_GO_ON (-1)
+int ft_args_parse_opts(const struct ft_cmd_spec *spec, int argc, char **argv);
+
 /* Parse "1,2,4" into ints; returns count or -1. */
 int ft_args_parse_int_list(const char *s, int *out, int cap);
 

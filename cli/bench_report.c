@@ -3,6 +3,7 @@
  * llama-bench does; JSON carries the samples too. */
 #include "bench_report.h"
 #include "cli.h"
+#include "format.h"
 
 #include "ft/common.h"
 #include "ft/types.h"
@@ -54,17 +55,6 @@ static const char *ftype_of_type(enum ft_type t) {
     }
 }
 
-static void label_from_params(uint64_t n, char *buf, size_t cap) {
-    if (n >= 1000000000ull)
-        snprintf(buf, cap, "%.1fB", (double)n / 1e9);
-    else if (n >= 10000000ull)
-        snprintf(buf, cap, "%.0fM", (double)n / 1e6);
-    else if (n >= 1000000ull)
-        snprintf(buf, cap, "%.1fM", (double)n / 1e6);
-    else
-        snprintf(buf, cap, "%.0fK", (double)n / 1e3);
-}
-
 void bench_model_describe(const struct ft_gguf *g, const char *arch, struct bench_model_info *out) {
     memset(out, 0, sizeof(*out));
     snprintf(out->arch, sizeof(out->arch), "%s", arch);
@@ -83,7 +73,7 @@ void bench_model_describe(const struct ft_gguf *g, const char *arch, struct benc
     if (ft_gguf_get_str(g, "general.size_label", &s) == 0 && s.len > 0 && s.len < sizeof(out->size_label))
         snprintf(out->size_label, sizeof(out->size_label), "%.*s", (int)s.len, s.s);
     else
-        label_from_params(out->n_params, out->size_label, sizeof(out->size_label));
+        ft_cli_size_label(out->n_params, out->size_label, sizeof(out->size_label));
     /* Printable ASCII only: the label ends up in tables and CSV. */
     for (char *c = out->size_label; *c; c++)
         if (*c < 0x21 || *c > 0x7e)
@@ -191,16 +181,6 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void csv_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 /* The fields of CSV and JSON, in order. */
 enum field_kind { F_STR, F_INT, F_FLOAT };
 struct field {
@@ -243,7 +223,7 @@ static void fill_fields(const struct bench_result *r, struct field *fl, char *te
 
 static void print_value(FILE *f, const struct field *x, bool csv) {
     switch (x->kind) {
-    case F_STR: csv ? csv_str(f, x->s) : json_str(f, x->s); break;
+    case F_STR: csv ? ft_cli_csv_str(f, x->s) : json_str(f, x->s); break;
     case F_INT: fprintf(f, csv ? "\"%lld\"" : "%lld", x->i); break;
     case F_FLOAT: fprintf(f, csv ? "\"%.6f\"" : "%.6f", x->d); break;
     }

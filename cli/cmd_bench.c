@@ -305,11 +305,9 @@ int ft_cmd_bench(int argc, char **argv) {
         "tokens of all 8. With --isa every test runs once per kernel level, rows labelled by level.\n"
         "JSON and CSV use llama-bench's field names (n_depth too). Progress goes to stderr when it is a terminal.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
 
     if (hw)
         return ft_hw_report(stdout) == 0 ? 0 : 1;

@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "format.h"
 #include "ft/atomic_file.h"
 #include "ft/common.h"
 #include "ft/cpu.h"
@@ -240,24 +241,14 @@ static void write_markdown(FILE *f, const struct cmp_report *r, const char *svg_
         fprintf(f, "\n![quality loss against %s](%s)\n", r->rows[0].has_speed ? "decode speed" : "size", svg_rel);
 }
 
-static void csv_field(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static void write_csv(FILE *f, const struct cmp_report *r) {
     fprintf(f, "format,file,size_bytes,size_gib,bits_per_weight,prefill_tps,prefill_sd,decode_tps,decode_sd,"
                "ppl,ppl_err,kld,kld_err,kld_p99,same_top1,same_top1_err,mean_dp,mean_dp_err\n");
     for (int i = 0; i < r->n_rows; i++) {
         const struct cmp_row *w = &r->rows[i];
-        csv_field(f, w->label);
+        ft_cli_csv_str(f, w->label);
         fputc(',', f);
-        csv_field(f, w->path);
+        ft_cli_csv_str(f, w->path);
         fprintf(f, ",%llu,%.6f,%.4f,", (unsigned long long)w->file_bytes, (double)w->file_bytes / 1073741824.0, w->bpw);
         if (w->has_speed)
             fprintf(f, "%.3f,%.3f,%.3f,%.3f,", w->pp_ts, w->pp_sd, w->tg_ts, w->tg_sd);
@@ -419,11 +410,9 @@ int ft_cmd_compare(int argc, char **argv) {
         "Δp against BASE over the same windows. Prints a markdown table; -o writes it as markdown, CSV or JSON\n"
         "(by extension); --svg draws quality loss against decode speed.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (threads < 0 || n_ctx < 8 || n_batch < 0 || chunks < 0 || bp < 1 || bn < 1 || br < 1) {
         fprintf(stderr, "ft compare: -t, -b, --chunks must be >= 0, -c >= 8, and -p, -n, -r >= 1\n");
         return 2;

@@ -16,6 +16,7 @@
  * stay O(1), so logits are finite and speed is that of a real model. */
 #include "args.h"
 #include "cli.h"
+#include "format.h"
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/types.h"
@@ -261,18 +262,6 @@ static const struct gen_shape *find_preset(const char *name) {
     return NULL;
 }
 
-/* "1.2B", "270M", "1.3M": the size label llama.cpp's converter writes. */
-static void size_label(uint64_t n, char *buf, size_t cap) {
-    if (n >= 1000000000ull)
-        snprintf(buf, cap, "%.1fB", (double)n / 1e9);
-    else if (n >= 10000000ull)
-        snprintf(buf, cap, "%.0fM", (double)n / 1e6);
-    else if (n >= 1000000ull)
-        snprintf(buf, cap, "%.1fM", (double)n / 1e6);
-    else
-        snprintf(buf, cap, "%.0fK", (double)n / 1e3);
-}
-
 static bool in_range(const char *what, int64_t v, int64_t lo, int64_t hi) {
     if (v >= lo && v <= hi)
         return true;
@@ -355,11 +344,9 @@ int ft_cmd_gen_model(int argc, char **argv) {
         "(Llama 3 RoPE scaling, tied output for 3.2); shape options override the preset.\n"
         "Quantize the result with ft quantize.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
 
     if (strcmp(arch, "llama") != 0) {
         fprintf(stderr, "ft gen-model: --arch %s: gen-model writes llama models (the only --arch value)\n", arch);
@@ -501,7 +488,7 @@ int ft_cmd_gen_model(int argc, char **argv) {
 #undef ADD
 
     char label[32], name[96];
-    size_label(n_params, label, sizeof(label));
+    ft_cli_size_label(n_params, label, sizeof(label));
     snprintf(name, sizeof(name), "ft gen-model %s (seed %" PRIu64 ")", preset, seed);
     if ((rc = ft_gguf_writer_set_str(w, "general.architecture", "llama")) ||
         (rc = ft_gguf_writer_set_str(w, "general.type", "model")) ||

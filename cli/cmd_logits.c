@@ -28,29 +28,22 @@ static void top_k(const float *v, int32_t n, int32_t k, int32_t *idx) {
 
 int ft_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *tokens_arg = NULL;
-    int top = 32, threads = 0, numa_node = -1;
-    const char *numa = NULL;
-    bool use_mmap = false, f16_bf16 = false;
+    int top = 32;
+    struct ft_cli_model_flags mf = FT_CLI_MODEL_FLAGS_DEFAULT;
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: the default model)"},
         {NULL, "--tokens", FT_OPT_STR, &tokens_arg, "IDS", "token ids separated by spaces or commas"},
         {NULL, "--top", FT_OPT_INT, &top, "K", "logits per position, largest first (default 32)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
-        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
-        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
-        {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
-        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
+        FT_CLI_MODEL_OPTS(mf),
     };
     const struct ft_cmd_spec spec = {
         "logits", "ft logits -m MODEL.gguf --tokens \"1 2655 7767\" [--top K]",
         "Evaluates the tokens in one batch from position 0 and prints\n"
         "{\"top_logits\": [[[id, logit], ...], ...]}, one list per position, largest first.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (!tokens_arg) {
         fprintf(stderr, "ft logits: --tokens is required\n");
         return 2;
@@ -60,10 +53,8 @@ int ft_cmd_logits(int argc, char **argv) {
         return 2;
     }
     struct ft_model_params mp;
-    if (ft_cli_model_params("logits", threads, numa, numa_node, &mp))
+    if (ft_cli_model_flags_params("logits", &mf, &mp))
         return 2;
-    mp.mmap = use_mmap;
-    ft_cli_f16_bf16("logits", f16_bf16);
     if (!model && !(model = ft_cli_default_model("logits")))
         return 2;
 

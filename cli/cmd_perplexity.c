@@ -156,11 +156,9 @@ int ft_cmd_perplexity(int argc, char **argv) {
         "log-probabilities saved from the base by --save-logits): KL divergence, top-1 agreement ('same top'),\n"
         "the change of the correct token's probability (Δp) and PPL ratios, as llama-perplexity prints them.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     ft_cli_f16_bf16("perplexity", f16_bf16);
     if (kld_base && kld_file) {
         fprintf(stderr, "ft perplexity: --kld-base and --kld are alternatives: give one\n");

@@ -56,9 +56,9 @@ static bool print_step(void *ud, const struct ft_gen *g) {
 
 int ft_cmd_run(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *prompt_file = NULL;
-    int n_predict = 128, n_ctx_req = 0, threads = 0, n_batch = 512, numa_node = -1;
-    const char *numa = NULL;
-    bool ignore_eos = false, no_metrics = false, use_mmap = false, f16_bf16 = false;
+    int n_predict = 128, n_ctx_req = 0, n_batch = 512;
+    struct ft_cli_model_flags mf = FT_CLI_MODEL_FLAGS_DEFAULT;
+    bool ignore_eos = false, no_metrics = false;
     uint64_t seed_u = 0;
     bool seed_set = false;
     struct ft_str_list stops = {0};
@@ -70,11 +70,7 @@ int ft_cmd_run(int argc, char **argv) {
         {"-f", "--file", FT_OPT_STR, &prompt_file, "FILE", "read the prompt from a file"},
         {"-n", "--n-predict", FT_OPT_INT, &n_predict, "N", "tokens to generate (default 128; -1: until EOS or context end)"},
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx_req, "N", "context size (default: the model's, capped by memory)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
-        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
-        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
-        {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
-        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
+        FT_CLI_MODEL_OPTS(mf),
         {"-b", "--batch-size", FT_OPT_INT, &n_batch, "N", "prompt tokens per forward pass (default 512)"},
         {NULL, "--temp", FT_OPT_FLOAT, &sp.temperature, "T", "temperature (default 0.8; 0 = greedy)"},
         {NULL, "--top-k", FT_OPT_INT, &sp.top_k, "K", "top-k sampling (default 40; 0 = off)"},
@@ -95,11 +91,9 @@ int ft_cmd_run(int argc, char **argv) {
         "prompt tokens, generated tokens, TTFT, prefill and decode tokens/s to stderr.\n"
         "The same seed and settings give the same text.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (seed_str) {
         char *end;
         unsigned long long v = strtoull(seed_str, &end, 10);
@@ -129,10 +123,8 @@ int ft_cmd_run(int argc, char **argv) {
         return 2;
     }
     struct ft_model_params mp;
-    if (ft_cli_model_params("run", threads, numa, numa_node, &mp))
+    if (ft_cli_model_flags_params("run", &mf, &mp))
         return 2;
-    mp.mmap = use_mmap;
-    ft_cli_f16_bf16("run", f16_bf16);
     if (n_ctx_req < 0) {
         fprintf(stderr, "ft run: -c must be positive (got %d)\n", n_ctx_req);
         return 2;

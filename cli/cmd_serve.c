@@ -85,24 +85,20 @@ static int read_key_file(const char *path, struct key_set *ks) {
 
 int ft_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *log_format = "text", *tmpl = NULL, *alias = NULL,
-               *numa = NULL, *metrics_compat = NULL, *otlp = NULL, *kv_events = NULL, *kv_events_replay = NULL,
+               *metrics_compat = NULL, *otlp = NULL, *kv_events = NULL, *kv_events_replay = NULL,
                *kv_events_topic = "", *kv_events_format = "map", *reasoning_format = "auto";
-    int port = 8080, threads = 0, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20,
-        max_queue = 64, timeout = 120, shutdown_timeout = 30, numa_node = -1, request_timeout = 0,
-        max_conns = 4096;
-    bool metrics = false, no_prefix_cache = false, use_mmap = false, f16_bf16 = false, log_prompts = false,
-         special_in_messages = false, no_webui = false;
+    int port = 8080, n_ctx = 0, n_batch = 512, parallel = 8, cache_mib = 1024, max_body = 8 << 20, max_queue = 64,
+        timeout = 120, shutdown_timeout = 30, request_timeout = 0, max_conns = 4096;
+    struct ft_cli_model_flags mf = FT_CLI_MODEL_FLAGS_DEFAULT;
+    bool metrics = false, no_prefix_cache = false, log_prompts = false, special_in_messages = false,
+         no_webui = false;
     struct ft_str_list keys = {0}, cors = {0};
     const struct ft_opt opts[] = {
         {"-m", "--model", FT_OPT_STR, &model, "FILE", "GGUF model (default: Gemma 3 270M from PyPI, or $FT_MODEL)"},
         {NULL, "--alias", FT_OPT_STR, &alias, "NAME", "model id in responses and /v1/models (default: the file name)"},
         {NULL, "--host", FT_OPT_STR, &host, "ADDR", "address to listen on (default 127.0.0.1: this machine only)"},
         {NULL, "--port", FT_OPT_INT, &port, "N", "port (default 8080; 0: any free port, printed)"},
-        {"-t", "--threads", FT_OPT_INT, &threads, "N", FT_CLI_HELP_THREADS},
-        {NULL, "--numa", FT_OPT_STR, &numa, "MODE", FT_CLI_HELP_NUMA},
-        {NULL, "--numa-node", FT_OPT_INT, &numa_node, "N", FT_CLI_HELP_NUMA_NODE},
-        {NULL, "--mmap", FT_OPT_FLAG, &use_mmap, NULL, FT_CLI_HELP_MMAP},
-        {NULL, "--f16-bf16", FT_OPT_FLAG, &f16_bf16, NULL, FT_CLI_HELP_F16_BF16},
+        FT_CLI_MODEL_OPTS(mf),
         {"-c", "--ctx-size", FT_OPT_INT, &n_ctx, "N",
          "context per request (default: the model's, shrunk to fit -np requests in memory, not below 4096)"},
         {"-np", "--parallel", FT_OPT_INT, &parallel, "N",
@@ -171,11 +167,9 @@ int ft_cmd_serve(int argc, char **argv) {
         "response carries engine-measured TTFT, prefill and decode speed. One access-log line per\n"
         "request goes to stdout; SIGINT or SIGTERM stops the server.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (port < 0 || port > 65535) {
         fprintf(stderr, "ft serve: --port must be in 0..65535 (got %d)\n", port);
         return 2;
@@ -270,10 +264,8 @@ int ft_cmd_serve(int argc, char **argv) {
         }
     }
     struct ft_model_params mp;
-    if (ft_cli_model_params("serve", threads, numa, numa_node, &mp))
+    if (ft_cli_model_flags_params("serve", &mf, &mp))
         return 2;
-    mp.mmap = use_mmap;
-    ft_cli_f16_bf16("serve", f16_bf16);
     if (!model && !(model = ft_cli_default_model("serve")))
         return 2;
     struct key_set ks = {0};

@@ -56,11 +56,9 @@ int ft_cmd_tokenize(int argc, char **argv) {
     const struct ft_cmd_spec spec = {"tokenize", "ft tokenize -m MODEL.gguf [--add-special] < text.txt",
                                      "Reads UTF-8 text on stdin and prints its token ids separated by spaces.",
                                      opts, (int)FT_ARRAY_LEN(opts), 0};
-    const char *pos[1];
-    int n_pos;
-    int r = ft_args_parse(&spec, argc, argv, pos, &n_pos);
-    if (r)
-        return r > 0 ? 0 : 2;
+    int code = ft_args_parse_opts(&spec, argc, argv);
+    if (code != FT_ARGS_GO_ON)
+        return code;
     if (!model && !(model = ft_cli_default_model("tokenize")))
         return 2;
 

@@ -16,6 +16,14 @@ void ft_cli_f16_bf16(const char *cmd, bool on) {
         fprintf(stderr, "ft %s: warning: --f16-bf16 needs AMX-BF16, which this CPU lacks: F16 stays exact\n", cmd);
 }
 
+int ft_cli_model_flags_params(const char *cmd, const struct ft_cli_model_flags *f, struct ft_model_params *out) {
+    if (ft_cli_model_params(cmd, f->threads, f->numa, f->numa_node, out))
+        return -1;
+    out->mmap = f->mmap;
+    ft_cli_f16_bf16(cmd, f->f16_bf16);
+    return 0;
+}
+
 int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa_node,
                         struct ft_model_params *out) {
     *out = (struct ft_model_params){.n_threads = threads, .numa = FT_NUMA_OFF, .numa_node = -1};

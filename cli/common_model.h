@@ -2,6 +2,7 @@
 #ifndef FT_CLI_COMMON_MODEL_H
 #define FT_CLI_COMMON_MODEL_H
 
+#include "args.h"
 #include "ft/model.h"
 
 #include <stdbool.h>
@@ -29,6 +30,29 @@ int ft_cli_model_params(const char *cmd, int threads, const char *numa, int numa
 /* Apply --f16-bf16 when given: a warning (and nothing else) where the CPU
  * has no AMX-BF16. */
 void ft_cli_f16_bf16(const char *cmd, bool on);
+
+/* The flags of the commands that load a model to run it (run, logits,
+ * serve), one table row each in FT_CLI_MODEL_OPTS(flags). Start from
+ * FT_CLI_MODEL_FLAGS_DEFAULT. */
+struct ft_cli_model_flags {
+    int threads;      /* -t N */
+    const char *numa; /* --numa MODE */
+    int numa_node;    /* --numa-node N (-1: unset) */
+    bool mmap;        /* --mmap */
+    bool f16_bf16;    /* --f16-bf16 */
+};
+#define FT_CLI_MODEL_FLAGS_DEFAULT {.threads = 0, .numa = NULL, .numa_node = -1, .mmap = false, .f16_bf16 = false}
+#define FT_CLI_MODEL_OPTS(f)                                                                 \
+    {"-t", "--threads", FT_OPT_INT, &(f).threads, "N", FT_CLI_HELP_THREADS},                 \
+    {NULL, "--numa", FT_OPT_STR, &(f).numa, "MODE", FT_CLI_HELP_NUMA},                       \
+    {NULL, "--numa-node", FT_OPT_INT, &(f).numa_node, "N", FT_CLI_HELP_NUMA_NODE},           \
+    {NULL, "--mmap", FT_OPT_FLAG, &(f).mmap, NULL, FT_CLI_HELP_MMAP},                        \
+    {NULL, "--f16-bf16", FT_OPT_FLAG, &(f).f16_bf16, NULL, FT_CLI_HELP_F16_BF16}
+
+/* ft_cli_model_params() from the flags, with --mmap set in out and
+ * --f16-bf16 applied (ft_cli_f16_bf16). Returns 0, or prints one line and
+ * returns -1. */
+int ft_cli_model_flags_params(const char *cmd, const struct ft_cli_model_flags *f, struct ft_model_params *out);
 
 /* Parse "1 2655 7767" (spaces or commas) into a malloc'd id array, each id
  * checked against n_vocab. Returns count or -1 (message printed). */

@@ -30,6 +30,17 @@ static char *probe_render(const struct ft_chat_template *t, cJSON *ctx) {
     return out;
 }
 
+/* A probe's context: the messages (JSON text) and the special tokens. */
+static cJSON *probe_base_ctx(const char *msgs, const char *bos, const char *eos) {
+    cJSON *ctx = cJSON_CreateObject();
+    if (!ctx)
+        return NULL;
+    cJSON_AddItemToObject(ctx, "messages", cJSON_Parse(msgs));
+    cJSON_AddStringToObject(ctx, "bos_token", bos ? bos : "");
+    cJSON_AddStringToObject(ctx, "eos_token", eos ? eos : "");
+    return ctx;
+}
+
 static const char probe_system[] = "ft_probe_system_needle";
 
 static cJSON *probe_system_ctx(const char *bos, const char *eos) {
@@ -37,12 +48,9 @@ static cJSON *probe_system_ctx(const char *bos, const char *eos) {
     snprintf(msgs, sizeof(msgs),
              "[{\"role\": \"system\", \"content\": \"%s\"}, {\"role\": \"user\", \"content\": \"Hey\"}]",
              probe_system);
-    cJSON *ctx = cJSON_CreateObject();
+    cJSON *ctx = probe_base_ctx(msgs, bos, eos);
     if (!ctx)
         return NULL;
-    cJSON_AddItemToObject(ctx, "messages", cJSON_Parse(msgs));
-    cJSON_AddStringToObject(ctx, "bos_token", bos ? bos : "");
-    cJSON_AddStringToObject(ctx, "eos_token", eos ? eos : "");
     cJSON_AddBoolToObject(ctx, "add_generation_prompt", true);
     return ctx;
 }
@@ -69,12 +77,9 @@ static cJSON *probe_ctx(const char *bos, const char *eos, bool with_call, bool o
     } else {
         snprintf(msgs, sizeof(msgs), "[{\"role\": \"user\", \"content\": \"Hey\"}]");
     }
-    cJSON *ctx = cJSON_CreateObject();
+    cJSON *ctx = probe_base_ctx(msgs, bos, eos);
     if (!ctx)
         return NULL;
-    cJSON_AddItemToObject(ctx, "messages", cJSON_Parse(msgs));
-    cJSON_AddStringToObject(ctx, "bos_token", bos ? bos : "");
-    cJSON_AddStringToObject(ctx, "eos_token", eos ? eos : "");
     /* Not with the call probes: the parameter schema would show the needle. */
     if (!with_call)
         cJSON_AddItemToObject(ctx, "tools", cJSON_Parse(tools));

@@ -201,6 +201,17 @@ void ft_chat_template_free(struct ft_chat_template *t) {
     free(t);
 }
 
+/* Renders with the globals set in r, then frees r whatever the result:
+ * *out (malloc'd) and, when asked, *out_len. */
+static int run_and_free(struct ftj_render *r, char **out, size_t *out_len) {
+    size_t len = 0;
+    int rc = ftj_render_run(r, out, &len);
+    ftj_render_free(r);
+    if (!rc && out_len)
+        *out_len = len;
+    return rc;
+}
+
 static struct ftj_val cstr(const char *s) { return s ? ftj_strv(s, strlen(s)) : ftj_strv("", 0); }
 
 int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_chat_message *msgs, size_t n,
@@ -260,12 +271,7 @@ int ft_chat_template_render(const struct ft_chat_template *t, const struct ft_ch
         ftj_render_free(r);
         return rc;
     }
-    size_t len = 0;
-    rc = ftj_render_run(r, out, &len);
-    ftj_render_free(r);
-    if (!rc && out_len)
-        *out_len = len;
-    return rc;
+    return run_and_free(r, out, out_len);
 }
 
 /* JSON -> Jinja values. Strings point into the cJSON tree, which outlives
@@ -365,12 +371,7 @@ static int render_json(const struct ft_chat_template *t, const cJSON *globals, i
         ftj_render_free(r);
         return rc;
     }
-    size_t len = 0;
-    rc = ftj_render_run(r, out, &len);
-    ftj_render_free(r);
-    if (!rc && out_len)
-        *out_len = len;
-    return rc;
+    return run_and_free(r, out, out_len);
 }
 
 int ft_chat_template_render_json(const struct ft_chat_template *t, const cJSON *globals, int64_t now, char **out,

@@ -45,6 +45,14 @@ struct ftj_limits {
 
 extern const struct ftj_limits ftj_default_limits;
 
+/* In the parser and the renderer: return the FT_E* code of x when it fails. */
+#define TRY(x)                 \
+    do {                       \
+        int rc_ = (x);         \
+        if (rc_)               \
+            return rc_;        \
+    } while (0)
+
 #define FTJ_MAX_PARSE_DEPTH 100 /* nesting of expressions and blocks in the source */
 #define FTJ_MAX_DATA_DEPTH 64   /* nesting of lists/dicts printed, compared or serialized */
 

@@ -268,12 +268,6 @@ static int parse_unary(struct parser *P, bool with_filter, struct ftj_expr **out
 static int parse_primary(struct parser *P, struct ftj_expr **out);
 static int parse_postfix(struct parser *P, struct ftj_expr **node);
 
-#define TRY(x)                 \
-    do {                       \
-        int rc_ = (x);         \
-        if (rc_)               \
-            return rc_;        \
-    } while (0)
 #define NEW(var, kind, off)                    \
     do {                                       \
         (var) = new_expr(P, (kind), (off));    \

@@ -55,13 +55,6 @@ struct args {
     size_t nkw;
 };
 
-#define TRY(x)                 \
-    do {                       \
-        int rc_ = (x);         \
-        if (rc_)               \
-            return rc_;        \
-    } while (0)
-
 /* Work on long strings and lists is charged to the step budget (one step
  * per 64 bytes allocated, searched or written, one per list item searched
  * or sorted), so a template cannot spin for long on a few cheap-looking

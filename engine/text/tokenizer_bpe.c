@@ -436,21 +436,14 @@ done:
 
 /* ---- merges --------------------------------------------------------------------- */
 
-struct bpe_sym {
-    int32_t prev, next;
-    uint32_t start, n; /* bytes of the encoded word */
-};
-
-static int add_bigram(const struct ft_tokenizer *t, const char *w, const struct bpe_sym *sym, int32_t l, int32_t r,
-                      struct ft_bigram_heap *h) {
-    if (l < 0 || r < 0)
-        return 0;
-    size_t len = (size_t)sym[l].n + sym[r].n;
-    int32_t rank = ft_tok_merge_rank(t, w + sym[l].start, len, sym[l].n);
+/* BPE: a pair merges when the merges table lists it; the lower its rank,
+ * the sooner. */
+static bool bpe_pair_key(const struct ft_tokenizer *t, const char *s, size_t len, size_t left_n, double *key) {
+    int32_t rank = ft_tok_merge_rank(t, s, len, left_n);
     if (rank < 0)
-        return 0;
-    struct ft_bigram b = {-(double)rank, l, r, (uint32_t)len};
-    return ft_bigram_push(h, b);
+        return false;
+    *key = -(double)rank;
+    return true;
 }
 
 int ft_bpe_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, struct ft_tokvec *out) {
@@ -473,7 +466,7 @@ int ft_bpe_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, 
     for (size_t w = 0, a = 0; w < n_words; a = ends[w++])
         max_word = FT_MAX(max_word, (size_t)ends[w] - a);
     char *wbuf = malloc(2 * max_word + 1);
-    struct bpe_sym *sym = malloc((max_word + 1) * sizeof(*sym));
+    struct ft_tok_sym *sym = malloc((max_word + 1) * sizeof(*sym));
     struct ft_bigram_heap heap = {NULL, 0, 0};
     if (!wbuf || !sym) {
         FT_LOG_E("out of memory for a word of %zu bytes", max_word);
@@ -496,35 +489,10 @@ int ft_bpe_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, 
                 continue;
             }
         }
-        int32_t n_sym = 0;
-        for (size_t off = 0; off < n;) {
-            size_t cl = ((uint8_t)wbuf[off] < 0x80) ? 1 : 2; /* the alphabet is U+0021..U+0143 */
-            cl = FT_MIN(cl, n - off);
-            sym[n_sym].start = (uint32_t)off;
-            sym[n_sym].n = (uint32_t)cl;
-            sym[n_sym].prev = n_sym - 1;
-            off += cl;
-            sym[n_sym].next = off == n ? -1 : n_sym + 1;
-            n_sym++;
-        }
-        heap.n = 0;
-        for (int32_t i = 1; i < n_sym; i++)
-            if ((rc = add_bigram(t, wbuf, sym, i - 1, i, &heap)))
-                goto done;
-        while (heap.n) {
-            struct ft_bigram b = ft_bigram_pop(&heap);
-            struct bpe_sym *l = &sym[b.left], *r = &sym[b.right];
-            if (l->n == 0 || r->n == 0 || l->n + r->n != b.size || l->next != b.right)
-                continue; /* stale */
-            l->n += r->n;
-            r->n = 0;
-            l->next = r->next;
-            if (r->next >= 0)
-                sym[r->next].prev = b.left;
-            if ((rc = add_bigram(t, wbuf, sym, l->prev, b.left, &heap)) ||
-                (rc = add_bigram(t, wbuf, sym, b.left, l->next, &heap)))
-                goto done;
-        }
+        /* the alphabet is U+0021..U+0143: a symbol starts as 1 or 2 bytes */
+        int32_t n_sym;
+        if ((rc = ft_tok_merge(t, wbuf, n, bpe_pair_key, &heap, sym, &n_sym)))
+            goto done;
         for (int32_t i = 0; i != -1 && n_sym > 0; i = sym[i].next) {
             const char *p = wbuf + sym[i].start;
             int32_t id = ft_tok_lookup(t, p, sym[i].n);

@@ -1,8 +1,8 @@
 /* What the tokenizer's algorithms share with its front end
  * (engine/text/tokenizer.c): the hashes and lookups of the vocabulary and
  * merge tables tokenizer.c builds at load, the growable output vector of
- * token ids, and the bigram heap of SentencePiece (tokenizer_spm.c) and
- * byte-level BPE (tokenizer_bpe.c) merging. Everything here reads a loaded,
+ * token ids, and the symbol merging of SentencePiece (tokenizer_spm.c) and
+ * byte-level BPE (tokenizer_bpe.c) over a bigram heap. Everything here reads a loaded,
  * immutable tokenizer or the caller's own buffers. */
 #include "tokenizer_internal.h"
 
@@ -77,7 +77,7 @@ static bool bigram_before(const struct ft_bigram *a, const struct ft_bigram *b) 
     return a->key > b->key || (a->key == b->key && a->left < b->left);
 }
 
-int ft_bigram_push(struct ft_bigram_heap *h, struct ft_bigram x) {
+static int bigram_push(struct ft_bigram_heap *h, struct ft_bigram x) {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 64;
         struct ft_bigram *v = realloc(h->v, cap * sizeof(*v));
@@ -100,7 +100,8 @@ int ft_bigram_push(struct ft_bigram_heap *h, struct ft_bigram x) {
     return 0;
 }
 
-struct ft_bigram ft_bigram_pop(struct ft_bigram_heap *h) {
+/* h->n > 0 */
+static struct ft_bigram bigram_pop(struct ft_bigram_heap *h) {
     struct ft_bigram top = h->v[0], x = h->v[--h->n];
     size_t i = 0;
     for (;;) {
@@ -117,4 +118,58 @@ struct ft_bigram ft_bigram_pop(struct ft_bigram_heap *h) {
     if (h->n)
         h->v[i] = x;
     return top;
+}
+
+static size_t utf8_len_lead(uint8_t b) {
+    static const uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lookup[b >> 4];
+}
+
+/* Queues symbols l and r as a candidate pair if they merge (either may be
+ * -1, the end of the list). */
+static int queue_pair(const struct ft_tokenizer *t, const char *text, const struct ft_tok_sym *sym, int32_t l,
+                      int32_t r, ft_tok_pair_key key, struct ft_bigram_heap *h) {
+    if (l < 0 || r < 0)
+        return 0;
+    size_t len = (size_t)sym[l].n + sym[r].n;
+    struct ft_bigram b = {0, l, r, (uint32_t)len};
+    if (!key(t, text + sym[l].start, len, sym[l].n, &b.key))
+        return 0;
+    return bigram_push(h, b);
+}
+
+int ft_tok_merge(const struct ft_tokenizer *t, const char *text, size_t n, ft_tok_pair_key key,
+                 struct ft_bigram_heap *heap, struct ft_tok_sym *sym, int32_t *n_sym) {
+    int32_t ns = 0;
+    for (size_t off = 0; off < n;) {
+        size_t cl = FT_MIN(utf8_len_lead((uint8_t)text[off]), n - off);
+        sym[ns].start = (uint32_t)off;
+        sym[ns].n = (uint32_t)cl;
+        sym[ns].prev = ns - 1;
+        off += cl;
+        sym[ns].next = off == n ? -1 : ns + 1;
+        ns++;
+    }
+    *n_sym = ns;
+    int rc;
+    heap->n = 0;
+    for (int32_t i = 1; i < ns; i++)
+        if ((rc = queue_pair(t, text, sym, i - 1, i, key, heap)))
+            return rc;
+    while (heap->n) {
+        struct ft_bigram b = bigram_pop(heap);
+        struct ft_tok_sym *l = &sym[b.left], *r = &sym[b.right];
+        /* stale: one side was merged since this pair was queued */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size || l->next != b.right)
+            continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            sym[r->next].prev = b.left;
+        if ((rc = queue_pair(t, text, sym, l->prev, b.left, key, heap)) ||
+            (rc = queue_pair(t, text, sym, b.left, l->next, key, heap)))
+            return rc;
+    }
+    return 0;
 }

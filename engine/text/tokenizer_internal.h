@@ -188,8 +188,28 @@ struct ft_bigram_heap {
     struct ft_bigram *v;
     size_t n, cap;
 };
-int ft_bigram_push(struct ft_bigram_heap *h, struct ft_bigram x);
-struct ft_bigram ft_bigram_pop(struct ft_bigram_heap *h); /* h->n > 0 */
+
+/* A symbol of the text being merged: bytes [start, start + n), in a list
+ * linked by prev/next (-1 ends it); n == 0 once merged into its left
+ * neighbour. */
+struct ft_tok_sym {
+    int32_t prev, next;
+    uint32_t start, n;
+};
+
+/* The heap key of merging the len bytes at s, whose left symbol is left_n
+ * of them, into one symbol; false when they do not merge. */
+typedef bool (*ft_tok_pair_key)(const struct ft_tokenizer *t, const char *s, size_t len, size_t left_n,
+                                double *key);
+
+/* SentencePiece's and BPE's merging: text[0, n) starts as one symbol per
+ * UTF-8 character (a truncated one is one symbol), then the adjacent pair
+ * with the largest key is merged (leftmost on ties), repeatedly, until no
+ * pair has a key. sym (OUT) has room for a symbol per character and gets
+ * *n_sym (OUT) of them; the merged list starts at sym[0]. heap is the caller's scratch, reused
+ * across calls. Returns 0 or FT_ENOMEM. */
+int ft_tok_merge(const struct ft_tokenizer *t, const char *text, size_t n, ft_tok_pair_key key,
+                 struct ft_bigram_heap *heap, struct ft_tok_sym *sym, int32_t *n_sym);
 
 static inline struct ft_str ft_tok_text(const struct ft_tokenizer *t, int32_t id) {
     struct ft_str s = {t->text + t->text_off[id], t->text_off[id + 1] - t->text_off[id]};

@@ -17,26 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct spm_sym {
-    int32_t prev, next;
-    uint32_t start, n; /* bytes of the escaped text; n == 0: merged away */
-};
-
-static int try_bigram(const struct ft_tokenizer *t, const char *text, const struct spm_sym *sym, int32_t l,
-                      int32_t r, struct ft_bigram_heap *h) {
-    if (l < 0 || r < 0)
-        return 0;
-    size_t len = (size_t)sym[l].n + sym[r].n;
-    int32_t id = ft_tok_lookup(t, text + sym[l].start, len);
+/* SentencePiece: a pair merges when it is a token; the better its score,
+ * the sooner. */
+static bool spm_pair_key(const struct ft_tokenizer *t, const char *s, size_t len, size_t left_n, double *key) {
+    (void)left_n;
+    int32_t id = ft_tok_lookup(t, s, len);
     if (id < 0)
-        return 0;
-    struct ft_bigram b = {t->score[id], l, r, (uint32_t)len};
-    return ft_bigram_push(h, b);
-}
-
-static size_t utf8_len_lead(uint8_t b) {
-    static const uint8_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lookup[b >> 4];
+        return false;
+    *key = t->score[id];
+    return true;
 }
 
 int ft_spm_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, bool prefix_space,
@@ -45,7 +34,7 @@ int ft_spm_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, 
     /* escape: ' ' -> ▁ (3 bytes), so at most 3 bytes per input byte */
     size_t cap = 3 * (len + 1);
     char *s = malloc(cap);
-    struct spm_sym *sym = malloc((len + 1) * sizeof(*sym));
+    struct ft_tok_sym *sym = malloc((len + 1) * sizeof(*sym));
     struct ft_bigram_heap heap = {NULL, 0, 0};
     if (!s || !sym) {
         FT_LOG_E("out of memory for %zu bytes of text", len);
@@ -68,36 +57,9 @@ int ft_spm_tokenize(const struct ft_tokenizer *t, const char *text, size_t len, 
     if (n == 0)
         goto done;
 
-    int32_t n_sym = 0;
-    for (size_t off = 0; off < n;) {
-        size_t cl = FT_MIN(utf8_len_lead((uint8_t)s[off]), n - off);
-        sym[n_sym].start = (uint32_t)off;
-        sym[n_sym].n = (uint32_t)cl;
-        sym[n_sym].prev = n_sym - 1;
-        off += cl;
-        sym[n_sym].next = off == n ? -1 : n_sym + 1;
-        n_sym++;
-    }
-
-    for (int32_t i = 1; i < n_sym; i++)
-        if ((rc = try_bigram(t, s, sym, i - 1, i, &heap)))
-            goto done;
-
-    while (heap.n) {
-        struct ft_bigram b = ft_bigram_pop(&heap);
-        struct spm_sym *l = &sym[b.left], *r = &sym[b.right];
-        /* stale: one side was merged since this pair was queued */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size || l->next != b.right)
-            continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0)
-            sym[r->next].prev = b.left;
-        if ((rc = try_bigram(t, s, sym, l->prev, b.left, &heap)) ||
-            (rc = try_bigram(t, s, sym, b.left, l->next, &heap)))
-            goto done;
-    }
+    int32_t n_sym;
+    if ((rc = ft_tok_merge(t, s, n, spm_pair_key, &heap, sym, &n_sym)))
+        goto done;
 
     for (int32_t i = 0; i != -1; i = sym[i].next) {
         const char *p = s + sym[i].start;

@@ -79,3 +79,45 @@ def real_model():
 def load_reference(path):
     with open(path) as f:
         return json.load(f)
+
+
+# ---- the sanitizer build (FT_ASAN_BIN, when CI provides it) ------------------------------------
+
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")  # in every sanitizer report
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+
+
+def asan_bin() -> str:
+    """FT_ASAN_BIN, the AddressSanitizer build; the test skips without it."""
+    asan = os.environ.get("FT_ASAN_BIN")
+    if not asan or not os.path.exists(asan):
+        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
+    return asan
+
+
+@pytest.fixture(params=["release", "asan"])
+def binary(request):
+    """Each test twice: on the release build and on the sanitizer build
+    (skipped without FT_ASAN_BIN), as Server's binary= and env=."""
+    if request.param == "release":
+        return {"binary": ft_bin(), "env": None}
+    return {"binary": asan_bin(), "env": ASAN_ENV}
+
+
+def stop_clean(server):
+    """SIGTERM; exit 0 and no sanitizer report (FT_BIN may be the ASan build)."""
+    rc = server.stop()
+    err = server.stderr()
+    assert not any(m in err for m in SANITIZER_MARKS), err
+    assert rc == 0, err
+
+
+@pytest.fixture(scope="module")
+def slow_model(tmp_path_factory):
+    """~0.06 GiB F16: tens of tokens per second on a shared core, so a
+    4000-token decode is still running when a test interrupts it."""
+    path = tmp_path_factory.mktemp("model") / "slow.gguf"
+    r = run_ft("gen-model", "--n-embd", "512", "--n-layer", "8", "--n-head", "8", "--n-ff", "2048",
+               "--n-vocab", "4000", "-c", "4096", "-o", path)
+    assert r.returncode == 0, r.stderr
+    return path

@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_ft
+from conftest import ROOT
 from test_serve import Server
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -44,17 +44,6 @@ prom_parser = pytest.importorskip("prometheus_client.parser")
 
 WAIT_S = 60  # bound on every wait below; the runs themselves take seconds
 ROUTERS = ["sglang", "haproxy"]
-
-
-@pytest.fixture(scope="module")
-def slow_model(tmp_path_factory):
-    # ~0.06 GiB F16: tens of tokens per second on a shared core, so a 4000-token
-    # decode is still running when the test interrupts it.
-    path = tmp_path_factory.mktemp("model") / "slow.gguf"
-    r = run_ft("gen-model", "--n-embd", "512", "--n-layer", "8", "--n-head", "8", "--n-ff", "2048",
-               "--n-vocab", "4000", "-c", "4096", "-o", path)
-    assert r.returncode == 0, r.stderr
-    return path
 
 
 def start_replicas(model, n):

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import SHARED, ft_bin
+from conftest import ASAN_ENV, SHARED, asan_bin, ft_bin
 
 openai = pytest.importorskip("openai")
 prom_parser = pytest.importorskip("prometheus_client.parser")
@@ -852,11 +852,7 @@ def test_long_request_outlives_connection_timeout(real_model):
 # ---- the sanitizer build ---------------------------------------------------------------------
 
 def test_asan_build_smoke():
-    asan = os.environ.get("FT_ASAN_BIN")
-    if not asan or not os.path.exists(asan):
-        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
-    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-    s = Server(tiny_model(), "-c", "256", "--cache-slots", "2", binary=asan, env=env)
+    s = Server(tiny_model(), "-c", "256", "--cache-slots", "2", binary=asan_bin(), env=ASAN_ENV)
     try:
         cl = s.client()
         r = cl.chat.completions.create(model=model_id(s), messages=[{"role": "user", "content": "Hello"}],

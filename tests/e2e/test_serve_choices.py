@@ -9,29 +9,18 @@ one decode step at a time, so the two agree to float rounding of batched
 versus single-row kernels, not bit for bit."""
 import http.client
 import json
-import os
 import re
 
 import numpy as np
 import pytest
 
-from conftest import run_ft
+from conftest import ASAN_ENV, asan_bin, run_ft, stop_clean
 from test_serve import Server, check_error, model_id, sse_events, tiny_model
 
 openai = pytest.importorskip("openai")
 
-SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
-ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 N_VOCAB = 8000
 PROMPT_IDS = [1, 2655, 7767, 1238, 3237, 5335, 398, 596, 6730, 4392, 774, 2998]  # llama-Q8_0.json
-
-
-def stop_clean(s):
-    """SIGTERM; exit 0 and no sanitizer report (FT_BIN may be the ASan build)."""
-    rc = s.stop()
-    err = s.stderr()
-    assert not any(m in err for m in SANITIZER_MARKS), err
-    assert rc == 0, err
 
 
 @pytest.fixture(scope="module")
@@ -411,9 +400,7 @@ def test_n_waits_for_free_slots_and_others_run(srv):
 def test_choices_on_the_sanitizer_build():
     """n, logprobs, abandoned streams of several choices and a shutdown with
     choices in flight, on the AddressSanitizer build: no report, exit 0."""
-    asan = os.environ.get("FT_ASAN_BIN")
-    if not asan or not os.path.exists(asan):
-        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
+    asan = asan_bin()
     s = Server(tiny_model(), "-c", "256", "--parallel", "3", binary=asan, env=ASAN_ENV)
     try:
         cl = s.client()

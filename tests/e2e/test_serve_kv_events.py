@@ -8,14 +8,13 @@ count up by one, and the ROUTER socket replays the same bytes. The server
 tests run on the release build and, when FT_ASAN_BIN is set, on the
 AddressSanitizer build (no report allowed)."""
 import concurrent.futures
-import os
 import random
 import socket
 import time
 
 import pytest
 
-from conftest import ft_bin, run_ft
+from conftest import run_ft, stop_clean
 from test_serve import Server, tiny_model
 
 zmq = pytest.importorskip("zmq")
@@ -185,27 +184,6 @@ def completion(s, prompt, max_tokens=1, **kw):
     status, body = s.post("/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **kw})
     assert status == 200, body
     return body
-
-
-SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
-ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-
-
-@pytest.fixture(params=["release", "asan"])
-def binary(request):
-    if request.param == "release":
-        return {"binary": ft_bin(), "env": None}
-    asan = os.environ.get("FT_ASAN_BIN")
-    if not asan or not os.path.exists(asan):
-        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
-    return {"binary": asan, "env": ASAN_ENV}
-
-
-def stop_clean(s):
-    rc = s.stop()
-    err = s.stderr()
-    assert not any(m in err for m in SANITIZER_MARKS), err
-    assert rc == 0, err
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ batches (-b 16), so one scheduler step is short. Nothing asserts on speed:
 waits poll /metrics and the access log with generous deadlines."""
 import http.client
 import json
-import os
 import re
 import signal
 import socket
@@ -20,41 +19,12 @@ import time
 
 import pytest
 
-from conftest import ft_bin, run_ft
+from conftest import SANITIZER_MARKS, stop_clean
 from test_serve import Server, tiny_model
-
-SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error")
-ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-
-
-@pytest.fixture(params=["release", "asan"])
-def binary(request):
-    if request.param == "release":
-        return {"binary": ft_bin(), "env": None}
-    asan = os.environ.get("FT_ASAN_BIN")
-    if not asan or not os.path.exists(asan):
-        pytest.skip("FT_ASAN_BIN is not set: the sanitizer build is tested in CI")
-    return {"binary": asan, "env": ASAN_ENV}
-
-
-@pytest.fixture(scope="module")
-def slow_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("model") / "slow.gguf"
-    r = run_ft("gen-model", "--n-embd", "512", "--n-layer", "8", "--n-head", "8", "--n-ff", "2048",
-               "--n-vocab", "4000", "-c", "4096", "-o", path)
-    assert r.returncode == 0, r.stderr
-    return path
 
 
 def start(binary, model, *args):
     return Server(model, *args, binary=binary["binary"], env=binary["env"])
-
-
-def stop_clean(s):
-    rc = s.stop()
-    err = s.stderr()
-    assert not any(m in err for m in SANITIZER_MARKS), err
-    assert rc == 0, err
 
 
 # ---- raw HTTP ----------------------------------------------------------------------------------

@@ -142,6 +142,19 @@ def metrics_of(reply):
     return {s.get_attribute("data-k"): s.text for s in reply.find_elements(By.CSS_SELECTOR, ".metrics span")}
 
 
+def open_chat(d, s):
+    """The chat page of server s, once it shows the model id."""
+    d.get(url(s))
+    wait(d, lambda: d.find_element(By.ID, "model").text, "the model id")
+
+
+def set_field(d, field_id, text):
+    """Types text into a settings field in place of its value."""
+    f = d.find_element(By.ID, field_id)
+    f.clear()
+    f.send_keys(text)
+
+
 def send(d, text):
     box = d.find_element(By.ID, "msg")
     box.send_keys(text)
@@ -170,12 +183,8 @@ def test_chat_streams_reply_with_metrics(srv, browser):
     watch_reply_text(d)
     # Settings go into the request: a system prompt, greedy, 12 tokens at most.
     d.find_element(By.ID, "system").send_keys("You answer briefly.")
-    t = d.find_element(By.ID, "temperature")
-    t.clear()
-    t.send_keys("0")
-    mt = d.find_element(By.ID, "max_tokens")
-    mt.clear()
-    mt.send_keys("12")
+    set_field(d, "temperature", "0")
+    set_field(d, "max_tokens", "12")
     send(d, "Hello there")
     reply = wait_reply_done(d, 1)
     user = d.find_elements(By.CSS_SELECTOR, "#log .msg.user .text")
@@ -206,8 +215,7 @@ def test_chat_streams_reply_with_metrics(srv, browser):
 
 def test_keyboard(srv, browser):
     d = browser
-    d.get(url(srv))
-    wait(d, lambda: d.find_element(By.ID, "model").text, "the model id")
+    open_chat(d, srv)
     # Tab order from the top of a fresh page: skip link, pages, key button,
     # settings (open at this width), ..., the message box, Send.
     order = []
@@ -244,11 +252,8 @@ def test_keyboard(srv, browser):
 
 def test_user_text_is_not_markup(srv, browser):
     d = browser
-    d.get(url(srv))
-    wait(d, lambda: d.find_element(By.ID, "model").text, "the model id")
-    mt = d.find_element(By.ID, "max_tokens")
-    mt.clear()
-    mt.send_keys("4")
+    open_chat(d, srv)
+    set_field(d, "max_tokens", "4")
     hostile = '<img src=x onerror="window.__pwned=1"><b>bold</b>'
     send(d, hostile)
     wait_reply_done(d, 1)
@@ -269,11 +274,8 @@ def test_user_text_is_not_markup(srv, browser):
 def test_error_shown(srv, browser):
     """A request the server refuses: its message in the alert, the question can be sent again."""
     d = browser
-    d.get(url(srv))
-    wait(d, lambda: d.find_element(By.ID, "model").text, "the model id")
-    t = d.find_element(By.ID, "temperature")
-    t.clear()
-    t.send_keys("-3")
+    open_chat(d, srv)
+    set_field(d, "temperature", "-3")
     send(d, "hi")
     err = d.find_element(By.ID, "error")
     wait(d, lambda: err.is_displayed() and err.text, "the error message")
@@ -295,8 +297,7 @@ def table(d):
 
 def test_dashboard_shows_requests(srv, browser):
     d = browser
-    d.get(url(srv))
-    wait(d, lambda: d.find_element(By.ID, "model").text, "the model id")
+    open_chat(d, srv)
     send(d, "Count to three")
     reply = wait_reply_done(d, 1)
     n_tokens = check_metrics_line(metrics_of(reply))
@@ -431,12 +432,8 @@ def test_real_model_paris(gemma, browser):
     d = browser
     d.get(url(gemma))
     wait(d, lambda: d.find_element(By.ID, "model").text == "gemma-3-270m-q4_k_m", "the model id")
-    t = d.find_element(By.ID, "temperature")
-    t.clear()
-    t.send_keys("0")
-    mt = d.find_element(By.ID, "max_tokens")
-    mt.clear()
-    mt.send_keys("12")
+    set_field(d, "temperature", "0")
+    set_field(d, "max_tokens", "12")
     d.execute_script("""
         window.__texts = [];
         new MutationObserver(() => { const r = document.querySelector('#log .msg.assistant .text');

@@ -15,20 +15,15 @@
 #include "ft/common.h"
 
 #include "engine/text/jinja.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
+FUZZ_QUIET_INITIALIZE()
 
 #define MAX_MSGS 16
 

@@ -16,7 +16,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -35,29 +35,11 @@ static struct ft_tokenizer *g_tok;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     ft_log_set_sink(fuzz_quiet_sink, NULL);
-    const char *shared = getenv("FT_SHARED_DIR");
-    if (!shared || !*shared)
-        shared = FT_SHARED_DIR_DEFAULT;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf", shared);
-    struct ft_gguf *g = NULL;
-    if (ft_gguf_open(path, &g) != 0) {
+    g_tok = fuzz_load_vocab("fuzz_embeddings", "ggml-vocab-llama-spm.gguf", path, sizeof(path));
+    if (!g_tok)
         fprintf(stderr, "fuzz_embeddings: SKIPPED: %s not found (set FT_SHARED_DIR to the shared/ folder)\n", path);
-        return 0;
-    }
-    if (ft_tokenizer_load(g, &g_tok) != 0) {
-        fprintf(stderr, "fuzz_embeddings: %s: %s\n", path, ft_last_error());
-        exit(1);
-    }
-    ft_gguf_close(g);
     return 0;
-}
-
-static void require(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_embeddings: property violated: %s\n", what);
-        abort();
-    }
 }
 
 static void require_json(char *s) {

@@ -12,26 +12,15 @@
  */
 #include "ft/common.h"
 #include "ft/gguf.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
-
-#define REQUIRE(c)                  \
-    do {                            \
-        if (!(c))                   \
-            __builtin_trap();       \
-    } while (0)
+FUZZ_QUIET_INITIALIZE()
 
 static volatile uint64_t g_sink; /* keeps the reads from being optimized out */
 

@@ -17,6 +17,7 @@
 #include "ft/gguf.h"
 #include "ft/grammar.h"
 #include "ft/tokenizer.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -29,27 +30,18 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 static struct ft_tokenizer *g_tok;
 static struct ft_grammar_vocab *g_vocab;
 
-static void quiet_sink(enum ft_log_level level, const char *func, const char *msg, void *ud) {
-    (void)level, (void)func, (void)msg, (void)ud;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    ft_log_set_sink(quiet_sink, NULL);
-    const char *shared = getenv("FT_SHARED_DIR");
-    if (!shared || !*shared)
-        shared = FT_SHARED_DIR_DEFAULT;
+    ft_log_set_sink(fuzz_quiet_sink, NULL);
     char path[4096];
-    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf", shared);
-    struct ft_gguf *g = NULL;
-    if (ft_gguf_open(path, &g) != 0) {
+    g_tok = fuzz_load_vocab("fuzz_grammar", "ggml-vocab-llama-spm.gguf", path, sizeof(path));
+    if (!g_tok) {
         /* the compilers still run; the matcher needs a vocabulary */
         fprintf(stderr, "fuzz_grammar: %s not found: matcher not exercised (set FT_SHARED_DIR)\n", path);
         return 0;
     }
-    if (ft_tokenizer_load(g, &g_tok) == 0 && ft_grammar_vocab_new(g_tok, &g_vocab) != 0)
+    if (ft_grammar_vocab_new(g_tok, &g_vocab) != 0)
         abort();
-    ft_gguf_close(g);
     return 0;
 }
 

@@ -9,26 +9,15 @@
  * Seeds: tests/fuzz/corpus/logprob_file (tools/gen_logprob_seeds.py). */
 #include "ft/common.h"
 #include "ft/perplexity.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
-
-#define REQUIRE(c)            \
-    do {                      \
-        if (!(c))             \
-            __builtin_trap(); \
-    } while (0)
+FUZZ_QUIET_INITIALIZE()
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct ft_logprob_file *f = NULL;

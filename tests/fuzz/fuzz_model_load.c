@@ -12,7 +12,7 @@
  */
 #include "ft/common.h"
 #include "ft/model.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -21,20 +21,8 @@
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
-
-static void require(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_model_load: property violated: %s\n", what);
-        abort();
-    }
-}
+FUZZ_QUIET_INITIALIZE()
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int fd = memfd_create("model.gguf", MFD_CLOEXEC);

@@ -19,7 +19,7 @@
 #include "ft/common.h"
 #include "ft/sampler.h"
 #include "ft/tokenizer.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -28,13 +28,8 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
+FUZZ_QUIET_INITIALIZE()
 
 static void check_str(const char *s) {
     if (!s || !ft_utf8_valid(s, strlen(s)))

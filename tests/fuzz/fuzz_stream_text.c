@@ -42,13 +42,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void require(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_stream_text: property violated: %s\n", what);
-        abort();
-    }
-}
-
 /* The text a writer put in its JSON: choices[0].delta.content or .text or
  * .message.content. */
 static const char *text_of(const cJSON *root) {

@@ -34,13 +34,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void require(bool ok, const char *what) {
-    if (!ok) {
-        fprintf(stderr, "fuzz_tokenizer: property violated: %s\n", what);
-        abort();
-    }
-}
-
 /* Push ids through the streaming detokenizer; all output must be valid UTF-8. */
 static void stream_decode(const struct ft_tokenizer *t, const int32_t *ids, size_t n, bool render_special) {
     struct ft_detok d;

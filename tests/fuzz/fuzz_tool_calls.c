@@ -11,7 +11,7 @@
  */
 #include "ft/common.h"
 #include "ft/tool_calls.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -19,13 +19,8 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    ft_log_set_sink(fuzz_quiet_sink, NULL);
-    return 0;
-}
+FUZZ_QUIET_INITIALIZE()
 
 static const char *const names[] = {"get_weather", "search", "f"};
 

@@ -8,7 +8,7 @@
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/tokenizer.h"
-#include "fuzz_quiet.h"
+#include "fuzz_common.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -32,22 +32,12 @@ static size_t g_n_loaded;
 /* Quiets the log and loads g_tok[]; g_n_loaded == N_VOCABS when all are there. */
 static inline void fuzz_load_vocabs(const char *target) {
     ft_log_set_sink(fuzz_quiet_sink, NULL);
-    const char *shared = getenv("FT_SHARED_DIR");
-    if (!shared || !*shared)
-        shared = FT_SHARED_DIR_DEFAULT;
     for (size_t i = 0; i < N_VOCABS; i++) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/vocab/%s", shared, g_vocab_files[i].file);
-        struct ft_gguf *g = NULL;
-        if (ft_gguf_open(path, &g) != 0) {
+        if (!(g_tok[i] = fuzz_load_vocab(target, g_vocab_files[i].file, path, sizeof(path)))) {
             fprintf(stderr, "%s: SKIPPED: %s not found (FT_SHARED_DIR needs vocab/)\n", target, path);
             return;
         }
-        if (ft_tokenizer_load(g, &g_tok[i]) != 0) {
-            fprintf(stderr, "%s: %s: %s\n", target, path, ft_last_error());
-            exit(1);
-        }
-        ft_gguf_close(g);
         g_n_loaded++;
     }
 }

@@ -94,16 +94,22 @@ static inline char *ft_test_gemma_path(void) {
     return NULL;
 }
 
-/* Roughly normal floats (12 uniforms minus 6) from a xorshift64 state the
- * caller seeds, so each test keeps its own reproducible sequence. */
+/* Test data from a xorshift64 state the caller seeds, so each test keeps
+ * its own reproducible sequence: the next state, a float in [0, 1), and
+ * roughly normal floats (Irwin-Hall: 12 uniforms minus 6). */
+static inline uint64_t ft_test_rng_next(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+static inline float ft_test_rng_uniform(uint64_t *state) { return (float)((ft_test_rng_next(state) >> 40) * 0x1p-24); }
+
 static inline float ft_test_rng_gauss(uint64_t *state) {
     float s = 0.0f;
-    for (int i = 0; i < 12; i++) {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        s += (float)((*state >> 40) * 0x1p-24);
-    }
+    for (int i = 0; i < 12; i++)
+        s += ft_test_rng_uniform(state);
     return s - 6.0f;
 }
 

@@ -33,4 +33,24 @@ static inline int32_t ft_test_tokenize(struct ft_model *m, const char *text, int
     return (int32_t)n;
 }
 
+/* Logits of the last of tokens[0..n) (n <= 64), evaluated in one batch from
+ * position 0 on a fresh KV cache of sequence 0; malloc'd, NULL on failure. */
+static inline float *ft_test_eval_last(struct ft_model *m, const int32_t *tokens, int32_t n) {
+    int32_t pos[64], seq[64] = {0};
+    if (n < 1 || n > 64)
+        return NULL;
+    for (int32_t i = 0; i < n; i++)
+        pos[i] = i;
+    const size_t nv = (size_t)ft_model_hparams(m)->n_vocab;
+    struct ft_kv_cache *kv = NULL;
+    float *logits = malloc(nv * sizeof(float));
+    struct ft_batch b = {n, tokens, pos, seq, NULL};
+    if (!logits || ft_kv_cache_new(m, 64, 1, &kv) || ft_model_forward(m, kv, &b, logits)) {
+        free(logits);
+        logits = NULL;
+    }
+    ft_kv_cache_free(kv);
+    return logits;
+}
+
 #endif

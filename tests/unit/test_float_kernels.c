@@ -43,21 +43,7 @@
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rng_next(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static float rng_uniform(void) { return (float)((rng_next() >> 40) * 0x1p-24); }
-
-static float rng_gauss(void) {
-    float s = 0.0f;
-    for (int i = 0; i < 12; i++)
-        s += rng_uniform();
-    return s - 6.0f;
-}
+static float rng_gauss(void) { return ft_test_rng_gauss(&g_rng); }
 
 /* An exact-size buffer at an address 4 bytes past a 64-byte boundary (not
  * vector-aligned, but aligned for floats and fp16). */

@@ -13,7 +13,7 @@
  *     worker really reads it during the forward pass); restoring it gives
  *     the --numa off logits back bit for bit;
  *   - distribute, isolate and replicate all give the --numa off logits. */
-#include "ft_test.h"
+#include "ft_test_model.h"
 
 #include "engine/model/model_internal.h"
 #include "engine/runtime/placement.h"
@@ -33,21 +33,7 @@
 
 static int32_t g_tokens[N_TOK] = {1, 450, 4996, 1735, 1701, 432, 6, 23, 7999, 3};
 
-static float *eval(struct ft_model *m) {
-    const size_t nv = (size_t)ft_model_hparams(m)->n_vocab;
-    struct ft_kv_cache *kv = NULL;
-    float *logits = malloc(nv * sizeof(float));
-    int32_t pos[N_TOK], seq[N_TOK] = {0};
-    for (int i = 0; i < N_TOK; i++)
-        pos[i] = i;
-    struct ft_batch b = {N_TOK, g_tokens, pos, seq, NULL};
-    if (!logits || ft_kv_cache_new(m, 64, 1, &kv) || ft_model_forward(m, kv, &b, logits)) {
-        free(logits);
-        logits = NULL;
-    }
-    ft_kv_cache_free(kv);
-    return logits;
-}
+static float *eval(struct ft_model *m) { return ft_test_eval_last(m, g_tokens, N_TOK); }
 
 static struct ft_model *load(const char *path, enum ft_numa_mode mode, int threads) {
     struct ft_model *m = NULL;

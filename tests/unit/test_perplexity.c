@@ -31,12 +31,7 @@
 #include <unistd.h>
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
-static double urand(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * 0x1p-53;
-}
+static double urand(void) { return (double)(ft_test_rng_next(&g_rng) >> 11) * 0x1p-53; }
 
 static void silence(enum ft_log_level level, const char *func, const char *msg, void *ud) {
     (void)level, (void)func, (void)msg, (void)ud;

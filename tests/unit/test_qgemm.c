@@ -36,21 +36,9 @@
 
 static uint64_t g_rng;
 
-static uint64_t rng_next(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static float rng_uniform(void) { return (float)((rng_next() >> 40) * 0x1p-24); }
-
-static float rng_gauss(void) {
-    float s = 0.0f;
-    for (int i = 0; i < 12; i++)
-        s += rng_uniform();
-    return s - 6.0f;
-}
+static uint64_t rng_next(void) { return ft_test_rng_next(&g_rng); }
+static float rng_uniform(void) { return ft_test_rng_uniform(&g_rng); } /* [0, 1) */
+static float rng_gauss(void) { return ft_test_rng_gauss(&g_rng); }
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);

@@ -37,21 +37,8 @@
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
-static uint64_t xorshift64(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static float rand_uniform(void) { return (float)((xorshift64() >> 40) * 0x1p-24); } /* [0, 1) */
-
-static float rand_gauss(void) {
-    float s = 0.0f; /* Irwin-Hall: sum of 12 uniforms - 6, close enough to normal */
-    for (int i = 0; i < 12; i++)
-        s += rand_uniform();
-    return s - 6.0f;
-}
+static uint64_t xorshift64(void) { return ft_test_rng_next(&g_rng); }
+static float rand_gauss(void) { return ft_test_rng_gauss(&g_rng); }
 
 static const struct ft_type_info *type_by_name(const char *name, enum ft_type *id) {
     for (int t = 0; t < FT_TYPE_COUNT; t++) {
