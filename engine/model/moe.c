@@ -21,11 +21,13 @@
  * added in the order of selection.
  *
  * Work is grouped by expert: the (token, slot) pairs are sorted by the
- * expert they chose, each expert's rows are gathered, and each expert's
- * three matrices are multiplied once with all its rows through
- * engine/model/matmul.c -- so a step reads only the selected experts'
+ * expert they chose, and each selected expert's matrices are multiplied
+ * once with all its rows -- so a step reads only the selected experts'
  * weights, each once, and batches take the level's GEMM (as llama.cpp's
- * mul_mat_id groups rows by expert). */
+ * mul_mat_id groups rows by expert). Quantized experts go through
+ * engine/model/moe_matmul.c: gate/up of every selected expert in one
+ * thread-pool task, down in another. Float experts are gathered and go
+ * one expert at a time through engine/model/matmul.c (its float GEMM). */
 #include "moe.h"
 
 #include "arch.h"
