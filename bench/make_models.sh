@@ -3,12 +3,15 @@
 # model with seeded random weights in F16 (ft gen-model, with the Llama 3
 # vocabulary from tests/data/vocab), quantized to Q8_0, Q4_0 and Q4_K_M
 # (ft quantize). Files that exist are kept, so a second run costs nothing.
+# PRESET=qwen3moe-24e makes the mixture of experts of docs/performance.md
+# (Qwen's vocabulary; F16 7.1 GiB, Q4_0 2.1 GiB).
 #
 # usage: bench/make_models.sh [DIR]     (default ~/.cache/freetoken-bench/models)
 # env:   FT_BIN    the ft binary (default build/ft)
 #        PRESET    ft gen-model preset (default llama3.2-1b)
 #        TYPES     quantized types (default "Q8_0 Q4_0 Q4_K_M"; empty: F16 only)
-#        FT_VOCAB  vocabulary GGUF (default tests/data/vocab/ggml-vocab-llama-bpe.gguf;
+#        FT_VOCAB  vocabulary GGUF (default tests/data/vocab/ggml-vocab-llama-bpe.gguf,
+#                  ggml-vocab-qwen2.gguf for the qwen3moe presets;
 #                  if absent, gen-model's synthetic vocabulary of the same size)
 #        QUANTIZE  quantizer command taking IN OUT TYPE (default "$FT_BIN quantize";
 #                  llama.cpp's llama-quantize takes the same arguments)
@@ -20,7 +23,10 @@ FT=${FT_BIN:-$ROOT/build/ft}
 DIR=${1:-${FT_BENCH_MODELS:-$HOME/.cache/freetoken-bench/models}}
 PRESET=${PRESET:-llama3.2-1b}
 TYPES=${TYPES-Q8_0 Q4_0 Q4_K_M}
-VOCAB=${FT_VOCAB:-$ROOT/tests/data/vocab/ggml-vocab-llama-bpe.gguf}
+case $PRESET in
+qwen3moe*) VOCAB=${FT_VOCAB:-$ROOT/tests/data/vocab/ggml-vocab-qwen2.gguf} ;;
+*) VOCAB=${FT_VOCAB:-$ROOT/tests/data/vocab/ggml-vocab-llama-bpe.gguf} ;;
+esac
 QUANTIZE=${QUANTIZE:-$FT quantize}
 
 if [ ! -x "$FT" ]; then

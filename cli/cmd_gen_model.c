@@ -46,15 +46,24 @@ struct gen_shape {
     float rope_llama3_factor; /* > 0: Llama 3.1+ rope scaling (rope_freqs.weight) */
     int32_t rope_llama3_orig_ctx;
     bool tied;
+    /* Mixture of experts (arch "qwen3moe"); NULL arch is "llama". */
+    const char *arch;
+    int32_t n_expert, n_expert_used, n_ff_exp;
 };
 
 /* Shapes of the models people benchmark; `tiny` is for tests. Vocabulary
- * sizes are those of the models (the Llama 3 vocabulary has 128256). */
+ * sizes are those of the models (the Llama 3 vocabulary has 128256, Qwen's
+ * 151936). qwen3moe-24e is a CPU-sized Qwen3-30B-A3B: its layer (n_embd
+ * 2048, 32 query / 4 KV heads of 128, Q/K norms, experts of 768 of which a
+ * token uses 8) with 24 experts instead of 128 and 24 layers instead of
+ * 48, so its Q4_0 file is ~2 GiB and a token reads ~1 GB of it. */
 static const struct gen_shape g_presets[] = {
-    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, 0.0f, 0, true},
-    {"llama3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 32.0f, 8192, true},
-    {"llama3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, 131072, 500000.0f, 32.0f, 8192, true},
-    {"llama3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 8.0f, 8192, false},
+    {"tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, 0.0f, 0, true, NULL, 0, 0, 0},
+    {"llama3.2-1b", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 32.0f, 8192, true, NULL, 0, 0, 0},
+    {"llama3.2-3b", 3072, 28, 24, 8, 128, 8192, 128256, 131072, 500000.0f, 32.0f, 8192, true, NULL, 0, 0, 0},
+    {"llama3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, 8.0f, 8192, false, NULL, 0, 0, 0},
+    {"qwen3moe-24e", 2048, 24, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 0.0f, 0, false, "qwen3moe", 24, 8, 768},
+    {"qwen3moe-tiny", 256, 2, 4, 2, 64, 512, 512, 2048, 1000000.0f, 0.0f, 0, false, "qwen3moe", 8, 2, 128},
 };
 
 /* ---- random weights ------------------------------------------------------------ */
@@ -312,13 +321,15 @@ static int parse_type(const char *s, enum ft_type *out, uint32_t *file_type) {
 }
 
 int ft_cmd_gen_model(int argc, char **argv) {
-    const char *preset = "tiny", *arch = "llama", *out = NULL, *vocab = NULL, *type_s = "F16", *lm_head = NULL;
+    const char *preset = "tiny", *arch = NULL, *out = NULL, *vocab = NULL, *type_s = "F16", *lm_head = NULL;
     int n_embd = -1, n_layer = -1, n_head = -1, n_head_kv = -1, head_dim = -1, n_ff = -1, n_vocab = -1, n_ctx = -1;
+    int n_expert = -1, n_expert_used = -1, n_ff_exp = -1;
     float rope_base = -1.0f, std = 0.02f;
     uint64_t seed = 1;
     const struct ft_opt opts[] = {
-        {NULL, "--preset", FT_OPT_STR, &preset, "NAME", "tiny (default), llama3.2-1b, llama3.2-3b, llama3.1-8b"},
-        {NULL, "--arch", FT_OPT_STR, &arch, "ARCH", "architecture (llama)"},
+        {NULL, "--preset", FT_OPT_STR, &preset, "NAME",
+         "tiny (default), llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen3moe-24e, qwen3moe-tiny"},
+        {NULL, "--arch", FT_OPT_STR, &arch, "ARCH", "architecture: llama or qwen3moe (default: the preset's)"},
         {"-o", "--output", FT_OPT_STR, &out, "FILE", "the GGUF file to write (required)"},
         {NULL, "--type", FT_OPT_STR, &type_s, "TYPE", "weight type: F16 (default), BF16 or F32"},
         {"-s", "--seed", FT_OPT_U64, &seed, "S", "random seed (default 1); same options and seed, same file"},
@@ -331,6 +342,9 @@ int ft_cmd_gen_model(int argc, char **argv) {
         {NULL, "--n-head-kv", FT_OPT_INT, &n_head_kv, "N", "key/value heads (grouped-query attention)"},
         {NULL, "--head-dim", FT_OPT_INT, &head_dim, "N", "size of one head (default n_embd / n_head)"},
         {NULL, "--n-ff", FT_OPT_INT, &n_ff, "N", "feed-forward width"},
+        {NULL, "--n-expert", FT_OPT_INT, &n_expert, "N", "qwen3moe: experts per layer"},
+        {NULL, "--n-expert-used", FT_OPT_INT, &n_expert_used, "N", "qwen3moe: experts a token uses"},
+        {NULL, "--n-ff-exp", FT_OPT_INT, &n_ff_exp, "N", "qwen3moe: feed-forward width of one expert"},
         {NULL, "--n-vocab", FT_OPT_INT, &n_vocab, "N", "vocabulary size (synthetic vocabulary only)"},
         {"-c", "--ctx", FT_OPT_INT, &n_ctx, "N", "training context length written to the file"},
         {NULL, "--rope-base", FT_OPT_FLOAT, &rope_base, "F", "RoPE frequency base"},
@@ -341,21 +355,28 @@ int ft_cmd_gen_model(int argc, char **argv) {
         "gen-model", "ft gen-model [--preset NAME] [shape options] [--type F16] [--seed S] [--vocab FILE] -o OUT.gguf",
         "Writes a GGUF model of the given shape with seeded random weights (N(0, 0.02), norms 1), for\n"
         "benchmarks without downloads. Presets give the shapes of Llama 3.2 1B / 3B and Llama 3.1 8B\n"
-        "(Llama 3 RoPE scaling, tied output for 3.2); shape options override the preset.\n"
+        "(Llama 3 RoPE scaling, tied output for 3.2) and of a Qwen3-30B-A3B-like mixture of experts\n"
+        "with 24 experts and 24 layers (qwen3moe-24e; vocabulary: tests/data/vocab/ggml-vocab-qwen2.gguf);\n"
+        "shape options override the preset.\n"
         "Quantize the result with ft quantize.",
         opts, (int)FT_ARRAY_LEN(opts), 0};
     int code = ft_args_parse_opts(&spec, argc, argv);
     if (code != FT_ARGS_GO_ON)
         return code;
 
-    if (strcmp(arch, "llama") != 0) {
-        fprintf(stderr, "ft gen-model: --arch %s: gen-model writes llama models (the only --arch value)\n", arch);
-        return 2;
-    }
     const struct gen_shape *p = find_preset(preset);
     if (!p) {
-        fprintf(stderr, "ft gen-model: unknown --preset '%s' (tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b)\n",
+        fprintf(stderr,
+                "ft gen-model: unknown --preset '%s' (tiny, llama3.2-1b, llama3.2-3b, llama3.1-8b, qwen3moe-24e, "
+                "qwen3moe-tiny)\n",
                 preset);
+        return 2;
+    }
+    if (!arch)
+        arch = p->arch ? p->arch : "llama";
+    const bool moe = !strcmp(arch, "qwen3moe");
+    if (!moe && strcmp(arch, "llama") != 0) {
+        fprintf(stderr, "ft gen-model: --arch %s: gen-model writes llama or qwen3moe models\n", arch);
         return 2;
     }
     if (!out) {
@@ -407,6 +428,30 @@ int ft_cmd_gen_model(int argc, char **argv) {
         sh.n_vocab = n_vocab;
     if (!check_shape(&sh, vocab == NULL))
         return 2;
+    if (moe) {
+        if (!sh.n_expert) { /* a llama preset made a mixture: Qwen3-30B-A3B's experts, fewer of them */
+            sh.n_expert = 16;
+            sh.n_expert_used = 8;
+            sh.n_ff_exp = sh.n_ff / 8;
+        }
+        if (n_expert >= 0)
+            sh.n_expert = n_expert;
+        if (n_expert_used >= 0)
+            sh.n_expert_used = n_expert_used;
+        if (n_ff_exp >= 0)
+            sh.n_ff_exp = n_ff_exp;
+        if (!in_range("--n-expert", sh.n_expert, 1, 256) ||
+            !in_range("--n-expert-used", sh.n_expert_used, 1, sh.n_expert) ||
+            !in_range("--n-ff-exp", sh.n_ff_exp, 1, GEN_MAX_FF))
+            return 2;
+        if (sh.rope_llama3_factor > 0.0f) {
+            fprintf(stderr, "ft gen-model: qwen3moe has no Llama 3 RoPE scaling: use a qwen3moe preset\n");
+            return 2;
+        }
+    } else if (n_expert >= 0 || n_expert_used >= 0 || n_ff_exp >= 0) {
+        fprintf(stderr, "ft gen-model: --n-expert, --n-expert-used and --n-ff-exp are for --arch qwen3moe\n");
+        return 2;
+    }
 
     struct ft_gguf_writer *w = ft_gguf_writer_new();
     struct gen_tensor *ts = NULL;
@@ -426,9 +471,10 @@ int ft_cmd_gen_model(int argc, char **argv) {
     /* Tensors in the order llama.cpp's converter writes them. */
     const int64_t E = sh.n_embd, F = sh.n_ff, V = sh.n_vocab;
     const int64_t Q = (int64_t)sh.n_head * sh.head_dim, KV = (int64_t)sh.n_head_kv * sh.head_dim;
-    const size_t n_max = 3 + (size_t)sh.n_layer * 9;
+    const int64_t X = sh.n_expert, FX = sh.n_ff_exp;
+    const size_t n_max = 3 + (size_t)sh.n_layer * 12;
     ts = calloc(n_max, sizeof(*ts));
-    row = malloc(sizeof(float) * (size_t)FT_MAX(FT_MAX(E, F), Q));
+    row = malloc(sizeof(float) * (size_t)FT_MAX(FT_MAX(FT_MAX(E, F), Q), FX));
     if (!ts || !row) {
         fprintf(stderr, "ft gen-model: out of memory\n");
         goto done;
@@ -436,27 +482,31 @@ int ft_cmd_gen_model(int argc, char **argv) {
     struct gen_progress prog = {.on = isatty(STDERR_FILENO), .last_pct = -1};
     size_t nt = 0;
     uint64_t n_params = 0;
-#define ADD(fill_, rows_, cols_, ...)                                                         \
+    /* ADD3: (n_mat, rows, cols), n_mat stacked matrices (the 3-D expert
+     * tensors); ADD: one matrix, or a vector when fill is GEN_ONES. Norms
+     * and the router are F32, as llama.cpp's converter writes them. */
+#define ADD3(fill_, n_mat_, rows_, cols_, ...)                                                \
     do {                                                                                      \
         struct gen_tensor *t_ = &ts[nt++];                                                    \
         snprintf(t_->name, sizeof(t_->name), __VA_ARGS__);                                    \
         t_->fill = (fill_);                                                                   \
-        t_->type = (fill_) == GEN_ONES ? FT_TYPE_F32 : type;                                  \
-        t_->rows = (rows_);                                                                   \
+        t_->type = (fill_) == GEN_ONES || strstr(t_->name, "gate_inp") ? FT_TYPE_F32 : type;  \
+        t_->rows = (int64_t)(n_mat_) * (rows_);                                               \
         t_->cols = (cols_);                                                                   \
         t_->key = seed ^ fnv1a(t_->name);                                                     \
         t_->std = std;                                                                        \
         t_->row = row;                                                                        \
         t_->progress = &prog;                                                                 \
-        const int64_t ne_[2] = {(cols_), (rows_)};                                            \
-        if ((rc = ft_gguf_writer_add_tensor_fill(w, t_->name, t_->type, (fill_) == GEN_ONES ? 1 : 2, \
-                                                 ne_, gen_fill_rows, t_))) {                 \
+        const int64_t ne_[3] = {(cols_), (rows_), (n_mat_)};                                  \
+        const int nd_ = (fill_) == GEN_ONES ? 1 : (n_mat_) > 1 ? 3 : 2;                       \
+        if ((rc = ft_gguf_writer_add_tensor_fill(w, t_->name, t_->type, nd_, ne_, gen_fill_rows, t_))) { \
             ft_cli_error("gen-model", rc, t_->name);                                          \
             goto done;                                                                        \
         }                                                                                     \
-        n_params += (uint64_t)(rows_) * (uint64_t)(cols_);                                    \
-        prog.total += ft_row_size(t_->type, (cols_)) * (size_t)(rows_);                       \
+        n_params += (uint64_t)t_->rows * (uint64_t)(cols_);                                   \
+        prog.total += ft_row_size(t_->type, (cols_)) * (size_t)t_->rows;                      \
     } while (0)
+#define ADD(fill_, rows_, cols_, ...) ADD3(fill_, 1, rows_, cols_, __VA_ARGS__)
 
     ADD(GEN_NORMAL, V, E, "token_embd.weight");                 /* (V, E) */
     if (sh.rope_llama3_factor > 0.0f) {
@@ -477,7 +527,18 @@ int ft_cmd_gen_model(int argc, char **argv) {
         ADD(GEN_NORMAL, KV, E, "blk.%d.attn_k.weight", il);     /* (KV, E) */
         ADD(GEN_NORMAL, KV, E, "blk.%d.attn_v.weight", il);     /* (KV, E) */
         ADD(GEN_NORMAL, E, Q, "blk.%d.attn_output.weight", il); /* (E, Q) */
+        if (moe) {
+            ADD(GEN_ONES, 1, sh.head_dim, "blk.%d.attn_q_norm.weight", il);       /* (hd) */
+            ADD(GEN_ONES, 1, sh.head_dim, "blk.%d.attn_k_norm.weight", il);       /* (hd) */
+        }
         ADD(GEN_ONES, 1, E, "blk.%d.ffn_norm.weight", il);      /* (E) */
+        if (moe) {
+            ADD(GEN_NORMAL, X, E, "blk.%d.ffn_gate_inp.weight", il);              /* (X, E) */
+            ADD3(GEN_NORMAL, X, FX, E, "blk.%d.ffn_gate_exps.weight", il);        /* (X, FX, E) */
+            ADD3(GEN_NORMAL, X, E, FX, "blk.%d.ffn_down_exps.weight", il);        /* (X, E, FX) */
+            ADD3(GEN_NORMAL, X, FX, E, "blk.%d.ffn_up_exps.weight", il);          /* (X, FX, E) */
+            continue;
+        }
         ADD(GEN_NORMAL, F, E, "blk.%d.ffn_gate.weight", il);    /* (F, E) */
         ADD(GEN_NORMAL, F, E, "blk.%d.ffn_up.weight", il);      /* (F, E) */
         ADD(GEN_NORMAL, E, F, "blk.%d.ffn_down.weight", il);    /* (E, F) */
@@ -486,27 +547,36 @@ int ft_cmd_gen_model(int argc, char **argv) {
     if (!sh.tied)
         ADD(GEN_NORMAL, V, E, "output.weight");                 /* (V, E) */
 #undef ADD
+#undef ADD3
 
     char label[32], name[96];
     ft_cli_size_label(n_params, label, sizeof(label));
     snprintf(name, sizeof(name), "ft gen-model %s (seed %" PRIu64 ")", preset, seed);
-    if ((rc = ft_gguf_writer_set_str(w, "general.architecture", "llama")) ||
+    /* arch.* keys: KEY(suffix) names one in a buffer of its own per use */
+    char kb[16][96];
+    int nk = 0;
+#define KEY(suffix) (snprintf(kb[nk % 16], sizeof(kb[0]), "%s." suffix, arch), kb[nk++ % 16])
+    if ((rc = ft_gguf_writer_set_str(w, "general.architecture", arch)) ||
         (rc = ft_gguf_writer_set_str(w, "general.type", "model")) ||
         (rc = ft_gguf_writer_set_str(w, "general.name", name)) ||
         (rc = ft_gguf_writer_set_str(w, "general.size_label", label)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)sh.n_layer)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.context_length", (uint32_t)sh.n_ctx)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)sh.n_embd)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)sh.n_ff)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)sh.n_head)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)sh.n_head_kv)) ||
-        (rc = ft_gguf_writer_set_f32(w, "llama.rope.freq_base", sh.rope_base)) ||
-        (rc = ft_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.attention.key_length", (uint32_t)sh.head_dim)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.attention.value_length", (uint32_t)sh.head_dim)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)sh.head_dim)) ||
-        (rc = ft_gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)sh.n_vocab)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)sh.n_layer)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)sh.n_ctx)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)sh.n_embd)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh.n_ff)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)sh.n_head)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh.n_head_kv)) ||
+        (rc = ft_gguf_writer_set_f32(w, KEY("rope.freq_base"), sh.rope_base)) ||
+        (rc = ft_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), moe ? 1e-6f : 1e-5f)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sh.head_dim)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh.head_dim)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh.head_dim)) ||
+        (rc = ft_gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)sh.n_vocab)) ||
+        (moe && (rc = ft_gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)sh.n_expert))) ||
+        (moe && (rc = ft_gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)sh.n_expert_used))) ||
+        (moe && (rc = ft_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)sh.n_ff_exp))) ||
         (rc = ft_gguf_writer_set_u32(w, "general.file_type", file_type))) {
+#undef KEY
         ft_cli_error("gen-model", rc, "metadata");
         goto done;
     }
@@ -521,9 +591,9 @@ int ft_cmd_gen_model(int argc, char **argv) {
         goto done;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("ft gen-model: wrote %s: llama %s %s, %d layers, n_embd %d, vocab %d, %" PRIu64
+    printf("ft gen-model: wrote %s: %s %s %s, %d layers, n_embd %d, vocab %d, %" PRIu64
            " parameters, %.2f GiB in %.1f s\n",
-           out, label, ft_type_name(type), sh.n_layer, sh.n_embd, sh.n_vocab, n_params,
+           out, arch, label, ft_type_name(type), sh.n_layer, sh.n_embd, sh.n_vocab, n_params,
            (double)prog.total / (1 << 30), (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
     status = 0;
 done:

@@ -18,6 +18,8 @@
  * max and sum in the parts buffer; the thread that completes the last
  * chunk of a (segment, KV head) merges its parts (ft_attention_merge: a
  * rescale by exp(m_i - m), exact up to rounding), so no barrier is needed.
+ * With attention sinks (gpt-oss) the merge keeps the parts unnormalized
+ * and the sink, one more logit, finishes them (merge_sink).
  * The parts buffer holds FT_ATTN_SPLIT_FACTOR row-chunks per thread; longer
  * contexts get longer chunks, not more of them.
  *
@@ -31,6 +33,7 @@
 #include "ft/ops.h"
 #include "kv_cache.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -186,6 +189,30 @@ static void run_block(const struct attn_task *t, int64_t it, void *scratch) {
     }
 }
 
+/* ft_attention_merge with an attention sink: the parts merged into one
+ * unnormalized accumulator with its max and sum (the sink is one more
+ * part: max sink, sum 1, no value), which ft_attention_sink_finish
+ * normalizes as it does the single part of an unsplit query. */
+static void merge_sink(const float *acc, int64_t acc_stride, const float *m, const float *l, int64_t ml_stride,
+                       int n_parts, int64_t dv, float sink, float *out) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n_parts; i++)
+        mx = fmaxf(mx, m[i * ml_stride]);
+    for (int64_t d = 0; d < dv; d++)
+        out[d] = 0.0f;
+    float sum = 0.0f;
+    for (int i = 0; mx != -INFINITY && i < n_parts; i++) {
+        if (m[i * ml_stride] == -INFINITY) /* an empty part: l = 0, acc = 0 */
+            continue;
+        const float w = expf(m[i * ml_stride] - mx);
+        sum += w * l[i * ml_stride];
+        const float *a = acc + i * acc_stride;
+        for (int64_t d = 0; d < dv; d++)
+            out[d] += w * a[d];
+    }
+    ft_attention_sink_finish(sink, mx, sum, out, dv, out);
+}
+
 static void run_chunk(struct attn_task *t, int64_t it, void *scratch) {
     const struct ft_attn_job *j = t->job;
     const struct split_plan *p = &t->plan;
@@ -214,10 +241,15 @@ static void run_chunk(struct attn_task *t, int64_t it, void *scratch) {
     for (int32_t i = 0; i < rows; i++) {
         for (int32_t h = 0; h < group; h++) {
             const int64_t u = (int64_t)p->unit0[s] + i;
-            ft_attention_merge(t->parts.acc + (u * j->n_head + head0 + h) * j->dv, (int64_t)rows * j->n_head * j->dv,
-                               t->parts.max + u * j->n_head + head0 + h, t->parts.sum + u * j->n_head + head0 + h,
-                               (int64_t)rows * j->n_head, n_chunks, j->dv,
-                               j->out + (p->r0[s] + i) * o_row + (head0 + h) * j->dv);
+            const float *acc = t->parts.acc + (u * j->n_head + head0 + h) * j->dv;
+            const float *mx = t->parts.max + u * j->n_head + head0 + h, *sm = t->parts.sum + u * j->n_head + head0 + h;
+            float *o = j->out + (p->r0[s] + i) * o_row + (head0 + h) * j->dv;
+            if (j->sinks)
+                merge_sink(acc, (int64_t)rows * j->n_head * j->dv, mx, sm, (int64_t)rows * j->n_head, n_chunks, j->dv,
+                           j->sinks[head0 + h], o);
+            else
+                ft_attention_merge(acc, (int64_t)rows * j->n_head * j->dv, mx, sm, (int64_t)rows * j->n_head, n_chunks,
+                                   j->dv, o);
         }
     }
 }
@@ -317,7 +349,7 @@ void ft_attention_run(struct ft_threadpool *pool, const struct ft_attn_job *job)
     const bool want_split =
         job->split == FT_ATTN_SPLIT_ALWAYS ||
         (job->split == FT_ATTN_SPLIT_AUTO && nth > 1 && t.n_items < (int64_t)FT_ATTN_SPLIT_FACTOR * nth);
-    if (want_split && !job->sinks && fk->attention_splits && job->parts && job->n_rows > 0 && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
+    if (want_split && fk->attention_splits && job->parts && job->n_rows > 0 && job->n_rows <= FT_ATTN_SPLIT_MAX_ROWS &&
         plan_split(job, nth, &t.plan)) {
         t.split = true;
         t.n_items = (int64_t)t.plan.chunk0[t.plan.n_segs] * job->n_head_kv;

@@ -62,6 +62,10 @@ struct ft_scratch {
     float *moe_gate;    /* (P, n_ff_exp) */
     float *moe_up;      /* (P, n_ff_exp) */
     int32_t *moe_ones, *moe_zeros; /* (cap) a sub-batch's row counts and indices */
+    int32_t *moe_src;   /* (P) each sorted pair's token */
+    float *moe_pair_w;  /* (P) each sorted pair's weight */
+    void *moe_act;      /* (P) pair rows converted to the experts' vec_dot_type (engine/model/moe_matmul.c) */
+    void *moe_tiles;    /* their activation tiles, per expert */
 };
 
 /* What a kept row is for (struct ft_scratch.row_want). */

@@ -39,6 +39,7 @@
  */
 #include "matmul.h"
 
+#include "chunk_runs.h"
 #include "ft/common.h"
 #include "ft/ops.h"
 #include "ft/qgemm.h"
@@ -46,7 +47,6 @@
 #include "gemm_float.h"
 #include "model_internal.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 /* Products per dispatch (QKV is the most a forward pass groups). */
@@ -198,32 +198,14 @@ static const void *convert_act(struct ft_fwd *f, const float *in, int64_t k, enu
 
 /* ---- products ---------------------------------------------------------------- */
 
-/* Work is handed out in chunks. Each thread owns a contiguous run of the
- * chunks and takes them in order from its front, so its reads are one
- * stream, as in the bandwidth probe: the prefetch that runs ahead of the
- * end of one chunk lands on the start of its next. A thread whose run is
- * done takes chunks from the back of the others' runs (work stealing), so
- * a thread that starts late (woken late, or preempted on a busy machine)
- * takes fewer chunks instead of holding up the barrier. The result does
- * not change: every output is computed the same way by whichever thread
- * takes it.
+/* Work is handed out in chunks, which the threads take as
+ * engine/model/chunk_runs.h says (a run each, then stealing).
  *   vec_dot: chunks of about FT_MM_CHUNK_BYTES of weight rows, whole
  *            multiples of 16 rows (no two threads write one cache line of
  *            output);
  *   GEMM:    a panel of up to panel_stride bytes of weight tiles, times
  *            every token. */
 #define FT_MM_CHUNK_BYTES (128u << 10)
-/* Runs of chunks at most; threads beyond share them (thread i owns run
- * i % FT_MM_RUNS). */
-#define FT_MM_RUNS 64
-
-/* A run [front, back) of chunk indices in one word, front in the low half,
- * so the owner's take from the front and a thief's from the back cannot
- * both get the last chunk. On its own cache line: the owner updates it
- * once a chunk. */
-struct chunk_run {
-    _Alignas(64) atomic_uint_fast64_t fb;
-};
 
 struct mm_task {
     const struct ft_mm *mm;
@@ -242,8 +224,7 @@ struct mm_task {
     /* chunks: per product its rows per chunk and its first chunk's index */
     int64_t chunk_rows[FT_MM_MAX];
     int64_t first_chunk[FT_MM_MAX + 1];
-    int n_runs;
-    struct chunk_run runs[FT_MM_RUNS];
+    struct ft_chunk_runs runs;
 };
 
 static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r1) {
@@ -256,39 +237,11 @@ static void add_bias(const struct ft_mm *p, int32_t n_tok, int64_t r0, int64_t r
             p->out[t * ld + r] += b[r];
 }
 
-static uint64_t run_word(uint64_t front, uint64_t back) { return back << 32 | front; }
-
-/* Splits the chunks [0, n) into t->n_runs runs of nearly equal length. */
-static void init_runs(struct mm_task *t, int64_t n, int n_threads) {
-    t->n_runs = FT_MAX(1, FT_MIN(n_threads, FT_MM_RUNS));
-    for (int i = 0; i < t->n_runs; i++)
-        atomic_init(&t->runs[i].fb, run_word((uint64_t)(n * i / t->n_runs), (uint64_t)(n * (i + 1) / t->n_runs)));
-}
-
-/* Takes the chunk at the front (from_back false) or the back of a run. */
-static bool take(struct chunk_run *r, bool from_back, int64_t *c) {
-    uint64_t v = atomic_load_explicit(&r->fb, memory_order_relaxed);
-    for (;;) {
-        const uint64_t front = v & 0xffffffffu, back = v >> 32;
-        if (front >= back)
-            return false;
-        const uint64_t next = from_back ? run_word(front, back - 1) : run_word(front + 1, back);
-        if (atomic_compare_exchange_weak_explicit(&r->fb, &v, next, memory_order_relaxed, memory_order_relaxed)) {
-            *c = (int64_t)(from_back ? back - 1 : front);
-            return true;
-        }
-    }
-}
-
 /* The next chunk for thread ith: product and rows [r0, r1); false when
  * none is left anywhere. */
 static bool next_chunk(struct mm_task *t, int ith, int *prod, int64_t *r0, int64_t *r1) {
-    const int own = ith % t->n_runs;
     int64_t c;
-    bool got = take(&t->runs[own], false, &c);
-    for (int k = 1; !got && k < t->n_runs; k++)
-        got = take(&t->runs[(own + k) % t->n_runs], true, &c);
-    if (!got)
+    if (!ft_chunk_runs_next(&t->runs, ith, &c))
         return false;
     int p = 0;
     while (c >= t->first_chunk[p + 1])
@@ -427,7 +380,7 @@ static void run_group(struct ft_fwd *f, const float *in, int n, const struct ft_
         t.chunk_rows[i] = rows;
         t.first_chunk[i + 1] = t.first_chunk[i] + (w->rows + rows - 1) / rows;
     }
-    init_runs(&t, t.first_chunk[n], (int)nth);
+    ft_chunk_runs_init(&t.runs, t.first_chunk[n], (int)nth);
     ft_threadpool_run(f->m->pool, g ? gemm_run : vec_dot_run, &t);
 }
 
@@ -450,6 +403,10 @@ static bool matmul_float(struct ft_fwd *f, const float *in, int n, const struct 
 
 /* att: count the rows as attention sees them (ft_blk_attn_out). */
 static void matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm *mm, bool att) {
+    uint64_t bytes = 0; /* each product reads its whole matrix once */
+    for (int i = 0; i < n; i++)
+        bytes += (uint64_t)mm[i].w->rows * mm[i].w->row_size;
+    atomic_fetch_add_explicit(&f->m->weight_bytes_read, bytes, memory_order_relaxed);
     if (matmul_float(f, in, n, mm))
         return;
     /* Consecutive products that share the path and the activation tiles

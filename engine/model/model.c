@@ -20,6 +20,7 @@
 #include "blocks.h"
 #include "kv_cache.h"
 #include "matmul.h"
+#include "moe_matmul.h"
 #include "numa_weights.h"
 #include "repack.h"
 
@@ -249,6 +250,10 @@ static void scratch_free(struct ft_scratch *s) {
     free(s->moe_up);
     free(s->moe_ones);
     free(s->moe_zeros);
+    free(s->moe_act);
+    free(s->moe_tiles);
+    free(s->moe_src);
+    free(s->moe_pair_w);
     memset(s, 0, sizeof(*s));
 }
 
@@ -319,6 +324,15 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
         s->moe_up = grow(s->moe_up, P * (size_t)hp->n_ff_exp, sizeof(float), &fail);
         s->moe_ones = grow(s->moe_ones, N, sizeof(int32_t), &fail);
         s->moe_zeros = grow(s->moe_zeros, N, sizeof(int32_t), &fail);
+        s->moe_src = grow(s->moe_src, P, sizeof(int32_t), &fail);
+        s->moe_pair_w = grow(s->moe_pair_w, P, sizeof(float), &fail);
+        size_t act = 0, tiles = 0; /* engine/model/moe_matmul.c */
+        ft_moe_matmul_scratch_need(m, n, &act, &tiles);
+        free(s->moe_act);
+        free(s->moe_tiles);
+        s->moe_act = aligned_alloc(64, (FT_MAX(act, (size_t)1) + 63) & ~(size_t)63);
+        s->moe_tiles = aligned_alloc(64, (FT_MAX(tiles, (size_t)1) + 63) & ~(size_t)63);
+        fail = fail || !s->moe_act || !s->moe_tiles;
         if (!fail)
             for (size_t i = 0; i < N; i++) {
                 s->moe_ones[i] = 1;
@@ -426,6 +440,11 @@ fail:
 void ft_model_free(struct ft_model *m) {
     if (!m)
         return;
+    const char *stats = getenv("FT_READ_STATS");
+    if (stats && !strcmp(stats, "1") && m->decode_passes > 0)
+        FT_LOG_I("weights read per one-token pass: %.1f MB (mean of %llu passes; %.1f MB in all passes)",
+                 (double)m->decode_bytes / (double)m->decode_passes / 1e6, (unsigned long long)m->decode_passes,
+                 (double)atomic_load(&m->weight_bytes_read) / 1e6);
     ft_threadpool_free(m->pool);
     ft_numa_weights_free(m->numa_weights);
     scratch_free(&m->s);
@@ -524,7 +543,12 @@ int ft_model_forward_embd(struct ft_model *m, struct ft_kv_cache *kv, const stru
             .s = s,
         };
         ft_blk_rows_init(&f);
+        const uint64_t read0 = atomic_load_explicit(&m->weight_bytes_read, memory_order_relaxed);
         m->arch->forward(&f);
+        if (n == 1) {
+            m->decode_bytes += atomic_load_explicit(&m->weight_bytes_read, memory_order_relaxed) - read0;
+            m->decode_passes++;
+        }
         for (int32_t i = 0; i < n; i++)
             ft_kv_cache_commit(kv, b->seq_id[start + i], b->pos[start + i]);
         out_done += n_logits;

@@ -13,6 +13,9 @@
 
 #include "ft/model.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 struct ft_arch_ops;
 struct ft_numa_weights;
 
@@ -32,6 +35,13 @@ struct ft_model {
     struct ft_layer *layers;      /* n_layer */
 
     struct ft_scratch s;
+
+    /* Bytes of weights the matmuls read (engine/model/matmul.c counts whole
+     * matrices, engine/model/moe_matmul.c the rows each chunk reads), and
+     * the share of one-token passes (decode) with their number:
+     * FT_READ_STATS=1 logs decode's bytes per token when the model is freed. */
+    atomic_uint_fast64_t weight_bytes_read;
+    uint64_t decode_bytes, decode_passes;
 };
 
 #endif

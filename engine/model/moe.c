@@ -21,20 +21,24 @@
  * added in the order of selection.
  *
  * Work is grouped by expert: the (token, slot) pairs are sorted by the
- * expert they chose, each expert's rows are gathered, and each expert's
- * three matrices are multiplied once with all its rows through
- * engine/model/matmul.c -- so a step reads only the selected experts'
+ * expert they chose, and each selected expert's matrices are multiplied
+ * once with all its rows -- so a step reads only the selected experts'
  * weights, each once, and batches take the level's GEMM (as llama.cpp's
- * mul_mat_id groups rows by expert). */
+ * mul_mat_id groups rows by expert). Quantized experts go through
+ * engine/model/moe_matmul.c: gate/up of every selected expert in one
+ * thread-pool task, down in another. Float experts are gathered and go
+ * one expert at a time through engine/model/matmul.c (its float GEMM). */
 #include "moe.h"
 
 #include "arch.h"
 #include "matmul.h"
+#include "moe_matmul.h"
 #include "model_internal.h"
 
 #include "ft/common.h"
 #include "ft/gguf.h"
 #include "ft/ops.h"
+#include "ft/threadpool.h"
 
 #include <math.h>
 #include <string.h>
@@ -108,14 +112,70 @@ static struct ft_weight bias_view(const struct ft_weight *b, int64_t n_expert, i
     return v;
 }
 
-/* gpt-oss's clamped SwiGLU (ggml_swiglu_oai): min(g, limit) * sigmoid(alpha * min(g, limit)) *
- * (clamp(u, -limit, limit) + 1). */
-static void swiglu_oai(float *y, const float *g, const float *u, int64_t n, float alpha, float limit) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = fminf(g[i], limit);
-        const float v = fminf(fmaxf(u[i], -limit), limit);
-        const float out = x / (1.0f + expf(alpha * (-x)));
-        y[i] = out * (v + 1.0f);
+/* Float experts (matmul.c's float GEMM): expert by expert, each one's
+ * gate/up and down over its rows (gathered in moe_x) through matmul.c.
+ * The sub-batch counts every row as a batch of one, so the matmuls take
+ * the single-row dot as ggml_mul_mat_id does (or, on faster levels, the
+ * GEMM by row count). */
+static void experts_one_by_one(struct ft_fwd *f, const struct ft_layer *l, const struct ft_moe_params *mp,
+                               const int32_t *cnt, const int32_t *start) {
+    const struct ft_hparams *hp = &f->m->hp;
+    struct ft_scratch *s = f->s;
+    const int X = hp->n_expert;
+    const int64_t E = hp->n_embd, F = hp->n_ff_exp;
+    struct ft_scratch sub = *s;
+    sub.row_seq_n = s->moe_ones;
+    sub.row_seq_i = s->moe_zeros;
+    struct ft_fwd g = *f;
+    g.s = &sub;
+    for (int e = 0; e < X; e++) {
+        if (cnt[e] == 0)
+            continue;
+        g.n_rows = cnt[e];
+        const struct ft_weight wg = expert_view(&l->ffn_gate_exps, X, e), wu = expert_view(&l->ffn_up_exps, X, e);
+        const struct ft_weight bg = bias_view(&l->ffn_gate_exps_b, X, e), bu = bias_view(&l->ffn_up_exps_b, X, e);
+        const struct ft_mm gu[2] = {{&wu, &bu, s->moe_up + (int64_t)start[e] * F},
+                                    {&wg, &bg, s->moe_gate + (int64_t)start[e] * F}};
+        ft_matmul(&g, s->moe_x + (int64_t)start[e] * E, 2, gu);
+    }
+    const int64_t P = (int64_t)f->n_rows * hp->n_expert_used;
+    for (int64_t r = 0; r < P; r++) /* a row at a time, as ggml_vec_swiglu_f32 goes */
+        ft_moe_glu(mp, s->moe_gate + r * F, s->moe_up + r * F, F);
+    for (int e = 0; e < X; e++) {
+        if (cnt[e] == 0)
+            continue;
+        g.n_rows = cnt[e];
+        const struct ft_weight wd = expert_view(&l->ffn_down_exps, X, e);
+        const struct ft_weight bd = bias_view(&l->ffn_down_exps_b, X, e);
+        const struct ft_mm d = {&wd, &bd, s->moe_x + (int64_t)start[e] * E};
+        ft_matmul(&g, s->moe_gate + (int64_t)start[e] * F, 1, &d);
+    }
+}
+
+/* Tokens from which the weighted sum runs on the pool. */
+#define FT_MOE_SUM_PARALLEL 16
+
+struct sum_ctx {
+    const struct ft_scratch *s;
+    float *out;
+    int64_t n_tok;
+    int K;
+    int64_t E;
+};
+
+/* out[t] = y(t, 0) + y(t, 1) + ... in selection order, for thread ith's tokens. */
+static void sum_run(void *ctx, int ith, int nth) {
+    const struct sum_ctx *c = ctx;
+    const struct ft_scratch *s = c->s;
+    const int64_t t0 = c->n_tok * ith / nth, t1 = c->n_tok * (ith + 1) / nth;
+    for (int64_t t = t0; t < t1; t++) {
+        float *o = c->out + t * c->E;
+        memcpy(o, s->moe_x + (int64_t)s->moe_rank[t * c->K] * c->E, (size_t)c->E * sizeof(float));
+        for (int k = 1; k < c->K; k++) {
+            const float *y = s->moe_x + (int64_t)s->moe_rank[t * c->K + k] * c->E;
+            for (int64_t j = 0; j < c->E; j++)
+                o[j] += y[j];
+        }
     }
 }
 
@@ -125,7 +185,7 @@ void ft_blk_moe(struct ft_fwd *f, const struct ft_layer *l, const struct ft_moe_
     struct ft_scratch *s = f->s;
     const int32_t n = f->n_rows;
     const int X = hp->n_expert, K = hp->n_expert_used;
-    const int64_t E = hp->n_embd, F = hp->n_ff_exp;
+    const int64_t E = hp->n_embd;
     if (n == 0)
         return;
 
@@ -165,63 +225,49 @@ void ft_blk_moe(struct ft_fwd *f, const struct ft_layer *l, const struct ft_moe_
         start[e + 1] = start[e] + cnt[e];
     int32_t fill[FT_MOE_MAX_EXPERTS];
     memcpy(fill, start, sizeof(int32_t) * (size_t)X);
+    const int64_t P = (int64_t)n * K;
+    const bool fused = ft_moe_matmul_applies(l);
     for (int32_t t = 0; t < n; t++)
         for (int k = 0; k < K; k++) {
             const int32_t r = fill[s->moe_sel[(int64_t)t * K + k]]++;
             s->moe_rank[(int64_t)t * K + k] = r;
-            memcpy(s->moe_x + (int64_t)r * E, in + (int64_t)t * E, (size_t)E * sizeof(float));
+            if (fused) { /* the pair's token and weight, by sorted row */
+                s->moe_src[r] = t;
+                s->moe_pair_w[r] = s->moe_w[(int64_t)t * K + k];
+            } else {
+                memcpy(s->moe_x + (int64_t)r * E, in + (int64_t)t * E, (size_t)E * sizeof(float));
+            }
         }
 
-    /* Each expert once over its rows. The sub-batch counts every row as a
-     * batch of one, so the matmuls take the single-row dot as
-     * ggml_mul_mat_id does (or, on faster levels, the GEMM by row count). */
-    struct ft_scratch sub = *s;
-    sub.row_seq_n = s->moe_ones;
-    sub.row_seq_i = s->moe_zeros;
-    struct ft_fwd g = *f;
-    g.s = &sub;
-    for (int e = 0; e < X; e++) {
-        if (cnt[e] == 0)
-            continue;
-        g.n_rows = cnt[e];
-        const struct ft_weight wg = expert_view(&l->ffn_gate_exps, X, e), wu = expert_view(&l->ffn_up_exps, X, e);
-        const struct ft_weight bg = bias_view(&l->ffn_gate_exps_b, X, e), bu = bias_view(&l->ffn_up_exps_b, X, e);
-        const struct ft_mm gu[2] = {{&wu, &bu, s->moe_up + (int64_t)start[e] * F},
-                                    {&wg, &bg, s->moe_gate + (int64_t)start[e] * F}};
-        ft_matmul(&g, s->moe_x + (int64_t)start[e] * E, 2, gu);
-    }
-    const int64_t P = (int64_t)n * K;
-    const struct ft_float_kernels *fk = ft_float_kernels();
-    if (mp->act == FT_MOE_ACT_SWIGLU_OAI)
-        swiglu_oai(s->moe_gate, s->moe_gate, s->moe_up, P * F, mp->alpha, mp->limit);
-    else
-        for (int64_t r = 0; r < P; r++) /* a row at a time, as ggml_vec_swiglu_f32 goes */
-            fk->swiglu(s->moe_gate + r * F, s->moe_gate + r * F, s->moe_up + r * F, F);
-    for (int e = 0; e < X; e++) {
-        if (cnt[e] == 0)
-            continue;
-        g.n_rows = cnt[e];
-        const struct ft_weight wd = expert_view(&l->ffn_down_exps, X, e);
-        const struct ft_weight bd = bias_view(&l->ffn_down_exps_b, X, e);
-        const struct ft_mm d = {&wd, &bd, s->moe_x + (int64_t)start[e] * E};
-        ft_matmul(&g, s->moe_gate + (int64_t)start[e] * F, 1, &d);
-    }
-
-    /* out = y_0 w_0 + y_1 w_1 + ..., in selection order: the products first,
-     * as ggml_mul does, so no compiler contracts them into the adds. */
-    for (int64_t r = 0; r < P; r++) {
-        float *y = s->moe_x + (int64_t)s->moe_rank[r] * E;
-        const float w = s->moe_w[r];
-        for (int64_t j = 0; j < E; j++)
-            y[j] *= w;
-    }
-    for (int32_t t = 0; t < n; t++) {
-        float *o = out + (int64_t)t * E;
-        memcpy(o, s->moe_x + (int64_t)s->moe_rank[(int64_t)t * K] * E, (size_t)E * sizeof(float));
-        for (int k = 1; k < K; k++) {
-            const float *y = s->moe_x + (int64_t)s->moe_rank[(int64_t)t * K + k] * E;
+    if (fused) {
+        /* Every selected expert's gate/up in one task, then its down in
+         * another (engine/model/moe_matmul.c); down's outputs come back
+         * scaled by their weights. */
+        struct ft_moe_sel sel = {0};
+        for (int e = 0; e < X; e++)
+            if (cnt[e] > 0) {
+                sel.ex[sel.n] = e;
+                sel.start[sel.n] = start[e];
+                sel.cnt[sel.n++] = cnt[e];
+            }
+        ft_moe_matmul_gate_up(f, l, &sel, in, s->moe_src, mp, s->moe_gate, s->moe_up);
+        ft_moe_matmul_down(f, l, &sel, s->moe_gate, s->moe_pair_w, s->moe_x);
+    } else {
+        experts_one_by_one(f, l, mp, cnt, start);
+        /* the outputs scaled by their weights: the products first, as
+         * ggml_mul does, so no compiler contracts them into the adds */
+        for (int64_t r = 0; r < P; r++) {
+            float *y = s->moe_x + (int64_t)s->moe_rank[r] * E;
+            const float w = s->moe_w[r];
             for (int64_t j = 0; j < E; j++)
-                o[j] += y[j];
+                y[j] *= w;
         }
     }
+
+    /* out = y_0 w_0 + y_1 w_1 + ..., in selection order */
+    struct sum_ctx c = {s, out, n, K, E};
+    if (n >= FT_MOE_SUM_PARALLEL)
+        ft_threadpool_run(f->m->pool, sum_run, &c);
+    else
+        sum_run(&c, 0, 1);
 }

@@ -8,7 +8,9 @@
  * thread pool; a tile has exactly as many bytes as its rows. The token
  * embedding is repacked only when it is also the output head (tied
  * weights, as in Llama 3.2 1B and Gemma 3), and then its lookup rebuilds
- * each row (rw_row). The kernels are the level's at load:
+ * each row (rw_row). The stacked expert matrices of a mixture of experts
+ * are repacked when each expert's rows are whole tiles, so that expert
+ * e's tiles are its rows' bytes (engine/model/moe_matmul.c). The kernels are the level's at load:
  * a later ft_cpu_force_isa() does not change them for this model. */
 #include "repack.h"
 
@@ -16,6 +18,7 @@
 #include "ft/qgemm.h"
 #include "ft/threadpool.h"
 #include "model_internal.h"
+#include "moe_matmul.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -66,22 +69,24 @@ static void repack_run(void *ctx, int ith, int nth) {
     free(rows);
 }
 
-/* The kernels that would take w repacked, or NULL. */
-static const struct ft_qgemm *repack_for(const struct ft_model *m, const struct ft_weight *w) {
+/* The kernels that would take w repacked, or NULL. w of n_mat stacked
+ * matrices (experts) is repacked only when every matrix is whole tiles. */
+static const struct ft_qgemm *repack_for(const struct ft_model *m, const struct ft_weight *w, int64_t n_mat) {
     const bool tied = m->output.data == m->tok_embd.data;
     if (!w->data || w->rows <= 0 || (w == &m->tok_embd && (!tied || w->row_size > FT_RW_EMBED_ROW_MAX)) ||
         (w == &m->output && tied))
         return NULL;
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
-    if (!g || !g->repack_w || w->rows % g->tile_rows != 0 ||
+    if (!g || !g->repack_w || w->rows % (n_mat * g->tile_rows) != 0 ||
         g->rw_tile_size(w->cols) != (size_t)g->tile_rows * w->row_size)
         return NULL;
     return g;
 }
 
 /* Queue w (every copy of it) if its type is repacked; count its bytes. */
-static void add_job(const struct ft_model *m, struct repack_task *t, size_t *bytes, struct ft_weight *w) {
-    const struct ft_qgemm *g = repack_for(m, w);
+static void add_job(const struct ft_model *m, struct repack_task *t, size_t *bytes, struct ft_weight *w,
+                    int64_t n_mat) {
+    const struct ft_qgemm *g = repack_for(m, w, n_mat);
     if (!g)
         return;
     struct repack_job *jb = &t->jobs[t->n_jobs];
@@ -106,7 +111,7 @@ int ft_weights_repack(struct ft_model *m) {
     const char *env = getenv("FT_REPACK");
     if (!m->numa_weights || (env && !strcmp(env, "0")))
         return FT_OK;
-    const int n_max = 2 + 7 * m->hp.n_layer;
+    const int n_max = 2 + 10 * m->hp.n_layer;
     struct repack_job *jobs = calloc((size_t)n_max, sizeof(*jobs));
     int64_t *first = malloc(sizeof(int64_t) * ((size_t)n_max + 1));
     if (!jobs || !first) {
@@ -117,13 +122,19 @@ int ft_weights_repack(struct ft_model *m) {
     struct repack_task t = {.jobs = jobs, .first_tile = first};
     first[0] = 0;
     size_t bytes = 0;
-    add_job(m, &t, &bytes, &m->tok_embd); /* only when it is the output head too */
-    add_job(m, &t, &bytes, &m->output);   /* only when it is not the embedding */
+    add_job(m, &t, &bytes, &m->tok_embd, 1); /* only when it is the output head too */
+    add_job(m, &t, &bytes, &m->output, 1);   /* only when it is not the embedding */
     for (int il = 0; il < m->hp.n_layer; il++) {
         struct ft_layer *l = &m->layers[il];
         struct ft_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
         for (size_t i = 0; i < FT_ARRAY_LEN(ws); i++)
-            add_job(m, &t, &bytes, ws[i]);
+            add_job(m, &t, &bytes, ws[i], 1);
+        /* experts: moe_matmul.c reads them; the one-expert-at-a-time path
+         * of float experts never sees repacked types */
+        struct ft_weight *xs[] = {&l->ffn_gate_exps, &l->ffn_up_exps, &l->ffn_down_exps};
+        const bool experts = m->hp.n_expert > 0 && ft_moe_matmul_applies(l);
+        for (size_t i = 0; experts && i < FT_ARRAY_LEN(xs); i++)
+            add_job(m, &t, &bytes, xs[i], m->hp.n_expert);
     }
     if (m->output.data == m->tok_embd.data)
         m->output.rw = m->tok_embd.rw; /* the same bytes */

@@ -183,6 +183,29 @@ def test_gen_model_llama3_preset_shape(ft, tmp_path):
     assert "can run:          yes (llama, 1 layers, n_embd 2048, 32 heads / 8 KV heads, vocab 1000" in r.stdout.decode()
 
 
+def test_gen_model_qwen3moe_preset_shape(ft, tmp_path):
+    """The MoE preset's shape as llama.cpp's qwen3moe loader reads it: 3-D expert tensors
+    (ne = row length, rows, experts), an F32 router, Q/K norms, the expert keys; ft runs it."""
+    out = tmp_path / "m1.gguf"
+    r = ft("gen-model", "--preset", "qwen3moe-24e", "--n-layer", "1", "--n-vocab", "1000", "-o", out)
+    assert r.returncode == 0, r.stderr
+    meta, t = read_gguf(out)
+    assert meta["general.architecture"] == "qwen3moe"
+    assert (meta["qwen3moe.expert_count"], meta["qwen3moe.expert_used_count"],
+            meta["qwen3moe.expert_feed_forward_length"]) == (24, 8, 768)
+    assert meta["qwen3moe.attention.key_length"] == 128 and meta["qwen3moe.attention.head_count_kv"] == 4
+    assert t["blk.0.ffn_gate_exps.weight"][1] == [2048, 768, 24]
+    assert t["blk.0.ffn_up_exps.weight"][1] == [2048, 768, 24]
+    assert t["blk.0.ffn_down_exps.weight"][1] == [768, 2048, 24]
+    assert t["blk.0.ffn_gate_inp.weight"][:2] == (0, [2048, 24])
+    assert t["blk.0.attn_q.weight"][1] == [2048, 4096] and t["blk.0.attn_k_norm.weight"][1] == [128]
+    assert "output.weight" in t and "blk.0.ffn_gate.weight" not in t
+    w = t["blk.0.ffn_down_exps.weight"][2]
+    assert 0.019 < float(w.std()) < 0.021
+    r = ft("run", "-m", out, "-p", "Hello", "-n", "4", "--temp", "0")
+    assert r.returncode == 0, r.stderr
+
+
 def test_gen_model_vocab_file(ft, tmp_path, shared_vocab):
     vocab = shared_vocab / "ggml-vocab-llama-bpe.gguf"
     out = tmp_path / "v.gguf"
@@ -211,6 +234,8 @@ def test_gen_model_vocab_file(ft, tmp_path, shared_vocab):
     ["gen-model", "-o", "x.gguf", "--std", "-1"],
     ["gen-model", "-o", "x.gguf", "--lm-head", "maybe"],
     ["gen-model", "-o", "x.gguf", "--head-dim", "63"],
+    ["gen-model", "-o", "x.gguf", "--n-expert", "4"],                # llama has no experts
+    ["gen-model", "-o", "x.gguf", "--preset", "qwen3moe-tiny", "--n-expert-used", "9"],
 ])
 def test_gen_model_bad_args(ft, tmp_path, args):
     r = ft(*args)

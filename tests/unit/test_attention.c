@@ -223,6 +223,7 @@ int main(void) {
                 run_case(pool, &shapes[s], n, n, 1, 1, 0, false);         /* decode */
                 run_case(pool, &shapes[s], n, n, 1, 1, 100, false);       /* decode, sliding window */
                 run_case(pool, &shapes[s], n, n, 1, 1, 16, true);         /* decode, window, sinks (gpt-oss) */
+                run_case(pool, &shapes[s], n, n, 1, 1, 0, true);          /* decode, sinks, split-KV past 128 keys */
                 if (n >= 8) {
                     run_case(pool, &shapes[s], n, n, 8, 8, 0, false);     /* a short chunk of one sequence */
                     run_case(pool, &shapes[s], n, 300, 5, 2, 512, false); /* two sequences in one batch */
@@ -230,6 +231,7 @@ int main(void) {
                 }
             }
         run_case(pool, &shapes[0], 5000, 17, 2, 1, 0, false); /* chunks longer than 128 keys */
+        run_case(pool, &shapes[0], 5000, 17, 2, 1, 0, true);  /* the same with sinks */
         printf("level %-12s %s\n", ft_isa_name((enum ft_isa)isa), ft_test_failures == before ? "ok" : "FAILED");
     }
     ft_threadpool_free(pool);
