@@ -17,6 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* memmem that takes an empty (possibly NULL) haystack: memmem's arguments
+ * must not be NULL even when the length is 0 (UBSan, fuzz_reasoning). */
+static const char *find_bytes(const void *s, size_t n, const char *needle, size_t m) {
+    if (!s || n < m)
+        return NULL;
+    return memmem(s, n, needle, m);
+}
+
 #define HEADER_MAX 512 /* a harmony header longer than this is not one: the text is content */
 
 enum {
@@ -45,9 +53,9 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 enum ft_reasoning_syntax ft_reasoning_syntax_detect(const char *src, size_t len) {
     if (!src)
         return FT_REASONING_SYNTAX_NONE;
-    if (memmem(src, len, h_channel, sizeof(h_channel) - 1) && memmem(src, len, h_message, sizeof(h_message) - 1))
+    if (find_bytes(src, len, h_channel, sizeof(h_channel) - 1) && find_bytes(src, len, h_message, sizeof(h_message) - 1))
         return FT_REASONING_SYNTAX_HARMONY;
-    if (memmem(src, len, think_open, sizeof(think_open) - 1))
+    if (find_bytes(src, len, think_open, sizeof(think_open) - 1))
         return FT_REASONING_SYNTAX_THINK;
     return FT_REASONING_SYNTAX_NONE;
 }
@@ -235,7 +243,7 @@ static int step_think(struct ft_reasoning_parser *p, bool final, bool *progress)
         return FT_OK;
     }
     case T_REASON: {
-        const char *end = memmem(h->s, h->n, think_close, lc);
+        const char *end = find_bytes(h->s, h->n, think_close, lc);
         if (end) {
             const size_t i = (size_t)(end - h->s), r = rtrim(h->s, i);
             int rc = release(p, &p->reasoning, r);
@@ -261,7 +269,7 @@ static int step_think(struct ft_reasoning_parser *p, bool final, bool *progress)
 /* The header h[0..n) (before <|message|>): the state of its body. */
 static int harmony_header(struct ft_reasoning_parser *p, const char *h, size_t n) {
     char channel[32] = "";
-    const char *c = memmem(h, n, h_channel, sizeof(h_channel) - 1);
+    const char *c = find_bytes(h, n, h_channel, sizeof(h_channel) - 1);
     if (c) {
         const char *s = c + sizeof(h_channel) - 1, *e = s;
         while (e < h + n && e - s < (ptrdiff_t)sizeof(channel) - 1 &&
@@ -271,7 +279,7 @@ static int harmony_header(struct ft_reasoning_parser *p, const char *h, size_t n
         memcpy(channel, s, (size_t)(e - s));
         channel[e - s] = '\0';
     }
-    const char *to = memmem(h, n, "to=", 3);
+    const char *to = find_bytes(h, n, "to=", 3);
     if (to) {
         const char *s = to + 3, *e = s;
         while (e < h + n && *e != ' ' && *e != '<')
@@ -305,7 +313,7 @@ static size_t find_end(const char *s, size_t n, size_t *len) {
     size_t best = n;
     *len = 0;
     for (size_t i = 0; i < FT_ARRAY_LEN(h_ends); i++) {
-        const char *e = memmem(s, best, h_ends[i], strlen(h_ends[i]));
+        const char *e = find_bytes(s, best, h_ends[i], strlen(h_ends[i]));
         if (e && (size_t)(e - s) < best) {
             best = (size_t)(e - s);
             *len = strlen(h_ends[i]);
@@ -321,7 +329,7 @@ static int step_harmony(struct ft_reasoning_parser *p, bool final, bool *progres
     if (p->state == H_HEADER) {
         if (!h->n)
             return FT_OK;
-        const char *m = memmem(h->s, h->n, h_message, sizeof(h_message) - 1);
+        const char *m = find_bytes(h->s, h->n, h_message, sizeof(h_message) - 1);
         /* Headers are "<|start|>assistant", "<|channel|>..." and " to=...":
          * anything else means the model wrote no markup. Judged on the
          * header alone (without a partial <|message|>), so that it is the
