@@ -1,5 +1,5 @@
-/* The last requests' metrics, for GET /v1/requests/recent (README, "Web UI
- * and live view"; the dashboard of http/webui.c polls it): a ring of fixed
+/* The last requests' metrics, for GET /v1/requests/recent (docs/api.md,
+ * "GET /v1/requests/recent"; the dashboard of http/webui.c polls it): a ring of fixed
  * capacity that the server adds one entry to as each request that reached
  * the engine finishes (the same place it feeds the access log and
  * Prometheus), overwriting the oldest once full, so its memory is
@@ -82,8 +82,8 @@ int32_t ft_request_ring_snapshot(struct ft_request_ring *r, uint64_t since, stru
 int ft_request_ring_parse_query(const char *target, int32_t capacity, struct ft_request_ring_query *out /* OUT */,
                                 struct ft_api_error *err /* OUT */);
 
-/* The body of GET /v1/requests/recent for target's query (README, "Web UI
- * and live view", has the shape). NULL with *err filled (400 for a bad
+/* The body of GET /v1/requests/recent for target's query (docs/api.md,
+ * "GET /v1/requests/recent", has the shape). NULL with *err filled (400 for a bad
  * query, 500 out of memory); the caller frees the string. */
 char *ft_request_ring_json(struct ft_request_ring *r, const char *target, const struct ft_request_ring_gauges *g,
                            struct ft_api_error *err /* OUT */);

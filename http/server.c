@@ -189,7 +189,7 @@ static void handle_live(struct ft_server *s, struct ft_conn *c, const struct ft_
     reply_json(s, c, req, endpoint, 200, "{\"status\":\"alive\"}");
 }
 
-/* --kv-events: the publisher's counters (README "KV-cache events"). */
+/* --kv-events: the publisher's counters (docs/api.md "KV-cache events"). */
 static void render_kv_events(struct ft_kv_events *ev, struct evbuffer *b) {
     if (!ev)
         return;

@@ -1,4 +1,4 @@
-/* The web UI of `ft serve` (README, "Web UI and live view"): GET / is a
+/* The web UI of `ft serve` (docs/api.md, "Web UI: chat and live view"): GET / is a
  * chat page, GET /dashboard the live view of the server's requests, both
  * with their stylesheet and script under /webui/, all embedded in the
  * binary (http/webui_assets.h), so the page works offline and with no

@@ -48,7 +48,7 @@ struct ft_prefix_cache {
 
 _Static_assert(FT_KV_EVENTS_BLOCK == BT, "KV events carry whole prefix-cache blocks");
 
-/* Also the block hash routers see (ft serve --kv-events): README "KV-cache
+/* Also the block hash routers see (ft serve --kv-events): docs/api.md "KV-cache
  * events" gives this function for them to compute it from a prompt, so a
  * change here is a change of the published format. */
 static uint64_t chain_hash(uint64_t parent, const int32_t *tokens, int32_t n) {

@@ -59,7 +59,7 @@ def token_id(s):
 
 
 def check_metrics_n(m, usage, n):
-    """The metrics contract (docs/architecture.md) for a request of n choices (README: how choices combine)."""
+    """The metrics contract (docs/architecture.md) for a request of n choices (docs/api.md: how choices combine)."""
     assert usage["prompt_tokens"] == m["cached_prompt_tokens"] + m["prefill_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == m["cached_prompt_tokens"]
     assert m["decode_tokens"] == usage["completion_tokens"] - n

@@ -1,7 +1,7 @@
 """`ft serve --kv-events`: the prefix cache's KV-block events in vLLM's
 format, read the way a router reads them (pyzmq SUB + msgpack), and checked
 against the prompts sent: every stored block is a 16-token window of a
-prompt at its place in the chain, its hash is the one README documents
+prompt at its place in the chain, its hash is the one docs/api.md documents
 (recomputed here from the tokens), every removed block was stored before
 and is removed after the blocks that continue it, the sequence numbers
 count up by one, and the ROUTER socket replays the same bytes. The server
@@ -29,7 +29,7 @@ END = (1 << 64) - 1  # the replay's end marker: sequence -1 as 8 unsigned bytes
 
 
 def chain_hash(parent, tokens):
-    """README "KV-cache events": a block's hash from its parent's (ROOT for a
+    """docs/api.md "KV-cache events": a block's hash from its parent's (ROOT for a
     prompt's first block) and its 16 token ids."""
     h = parent ^ 0xCBF29CE484222325
     for t in tokens:

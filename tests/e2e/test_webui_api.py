@@ -54,7 +54,7 @@ def test_pages(srv):
         assert st == 304
         st, _, b = srv.request("GET", path, headers={"If-None-Match": '"0000000000000000"'})
         assert st == 200 and b == body
-    assert total < 64 * 1024  # README states the size
+    assert total < 64 * 1024  # docs/api.md states the size
     st, h, body = srv.request("POST", "/", body="{}")
     assert st == 405 and h["Allow"] == "GET, HEAD"
     assert json.loads(body)["error"]["code"] == "method_not_allowed"

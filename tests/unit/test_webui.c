@@ -10,7 +10,7 @@
 
 #include "ft_test.h"
 
-#define SIZE_BUDGET (64 * 1024) /* README, "Web UI and live view", states the real size */
+#define SIZE_BUDGET (64 * 1024) /* docs/api.md, "Web UI: chat and live view", states the real size */
 
 static struct ft_http_request make_req(enum ft_http_method method, const char *path, const char *inm) {
     struct ft_http_request r;

@@ -1,7 +1,7 @@
 /* KV-cache events: the prefix cache's stores and evictions published in
  * vLLM's format, for routers that score endpoints by the KV blocks each one
  * holds (llm-d's precise prefix-cache scorer, NVIDIA Dynamo's KV router,
- * AIBrix). README "KV-cache events" documents the wire format and how the
+ * AIBrix). docs/api.md "KV-cache events" documents the wire format and how the
  * block hashes are made.
  *
  * Wire: a ZeroMQ PUB socket sends one multipart message per batch:
