@@ -46,7 +46,7 @@ MODELS = SHARED / "models"
 
 LEVELS = ["scalar", "neon", "neon-dotprod", "neon-i8mm"]
 # Every architecture, and the float, BF16, legacy and K-quant types.
-CASES = ["llama-Q4_0", "llama-Q8_0", "llama-Q4_K_M", "llama-Q6_K", "llama-BF16", "qwen2-Q8_0", "qwen3-F16",
+CASES = ["llama-f32", "llama-Q4_0", "llama-Q8_0", "llama-Q4_K_M", "llama-Q6_K", "llama-BF16", "qwen2-Q8_0", "qwen3-F16",
          "gemma3-Q4_K_M", "qwen3moe-Q4_K_M", "gpt-oss-Q8_0"]
 MOE = ("qwen3moe", "gpt-oss")
 MOE_FLIPS_MAX = 2
