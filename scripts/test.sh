@@ -6,7 +6,13 @@
 #   4. end-to-end tests of the ft binary (pytest), incl. the real model, and
 #      of the OCI image (deploy/build-image.sh builds it; FT_TEST_IMAGE=0
 #      leaves that test out)
-#   5. a short libFuzzer run of every fuzz target over its seed corpus
+#   5. the NEON kernels and the whole ft for aarch64 under qemu-aarch64
+#      (tests/arm: the kernel tests per level; ft info, logits, serve and
+#      the clock against an arm64 sysroot of Debian's libraries)
+#   6. NUMA guests (tests/numa: qemu-system-x86_64 with 2 and 4 nodes, a
+#      CPU-less memory node, unequal nodes; each --numa mode checked from
+#      the guest kernel's /proc accounts)
+#   7. a short libFuzzer run of every fuzz target over its seed corpus
 # The reference models and tokenizer vectors come from tests/data (ctest's
 # test_data fixture and the e2e conftest make BUILD/test-data from it).
 set -euo pipefail
@@ -37,6 +43,12 @@ FT_BIN="$ROOT/build/ci-release/ft" FT_ASAN_BIN="$ROOT/build/ci-asan/ft" \
 
 step "ARM NEON kernels (cross-compiled, run under qemu-aarch64)"
 tests/arm/run_arm_tests.sh
+
+step "the whole ft on aarch64 (arm64 sysroot, cross-compiled, run under qemu-aarch64)"
+FT_BIN="$ROOT/build/ci-release/ft" tests/arm/run_arm_ft.sh
+
+step "NUMA on real kernel topologies (qemu-system-x86_64 guests with 2 and 4 nodes)"
+FT_BIN="$ROOT/build/ci-release/ft" tests/numa/run_numa_tests.sh
 
 step "fuzzing (${FUZZ_SECONDS}s per target)"
 if [ -x tests/fuzz/run_fuzz.sh ]; then
