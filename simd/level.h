@@ -70,7 +70,7 @@ void ft_amx_float_gemm_fill(struct ft_level *l);
 /* The amx level's Q4_K/Q5_K GEMM with the sub-block scales in the integer
  * products (amx_qgemm_k4.c), the large-batch entry from this many tokens;
  * NULL for other types. */
-#define FT_AMX_K4_MIN_TOKENS 64
+#define FT_AMX_K4_MIN_TOKENS 4
 const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t);
 void ft_neon_quant_fill(struct ft_level *l);
 void ft_neon_float_gemm_fill(struct ft_level *l);

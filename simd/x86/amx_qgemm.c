@@ -30,6 +30,8 @@
 #include "simd/x86/qgemm_scale512.h"
 
 #include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define TR 16 /* weight rows per tile: the 16 int32 columns of C */
 #define TT 16 /* tokens per activation tile: the 16 rows of A and C */
@@ -257,8 +259,13 @@ static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_
     g_amx[t].pack_a = pack_a;
     g_amx[t].kernel = kernel;
     /* Q4_K, Q5_K: from FT_AMX_K4_MIN_TOKENS, the kernel with the scales in
-     * the integers (amx_qgemm_k4.c) */
-    g_amx[t].large = ft_amx_qgemm_k4(t);
+     * the integers (amx_qgemm_k4.c), only when FT_KQUANT_INT_SCALES=1 asks:
+     * its floats differ from the one-row dot's, so the tail of a prompt
+     * re-evaluated after a prefix-cache hit would no longer get the floats
+     * of its first prefill, and a repeated request at temperature 0 could
+     * answer differently (docs/architecture.md) */
+    const char *env = getenv("FT_KQUANT_INT_SCALES");
+    g_amx[t].large = env && !strcmp(env, "1") ? ft_amx_qgemm_k4(t) : NULL;
     g_amx[t].large_min_tokens = g_amx[t].large ? FT_AMX_K4_MIN_TOKENS : 0;
     g_amx[t].large_own_floats = g_amx[t].large != NULL;
     if (!base->kernel_rw) {

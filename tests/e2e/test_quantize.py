@@ -69,7 +69,7 @@ def test_usage_errors(ft, shared_models, tmp_path):
     for args in (["quantize"], ["quantize", src, tmp_path / "o.gguf"], ["quantize", src, tmp_path / "o.gguf", "Q9_9"],
                  ["quantize", src, tmp_path / "o.gguf", "IQ2_XS"],
                  ["quantize", src, tmp_path / "o.gguf", "Q4_0", "--keep", "nonsense"],
-                 ["quantize", src, tmp_path / "o.gguf", "Q4_0", "--keep", "x=IQ4_NL"]):
+                 ["quantize", src, tmp_path / "o.gguf", "Q4_0", "--keep", "x=IQ2_XS"]):
         r = ft(*args)
         assert r.returncode == 2, args
         err = r.stderr.decode().strip().splitlines()

@@ -25,7 +25,7 @@
  * several units). The same holds where the kernel level has a GEMM for a
  * type (engine/model/matmul.c): batches take it, single rows do not; and
  * a GEMM whose large-batch kernel adds in another order (amx Q4_K) takes
- * that kernel only when every sequence of the batch has 64 rows or more,
+ * that kernel only when every sequence of the batch has 4 rows or more,
  * so (b) stays exact. gemma3 (sliding window 16, a global layer) and llama
  * (GQA 4:2) are both run, so window masking and KV-head sharing are
  * covered on both paths. */

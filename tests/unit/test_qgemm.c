@@ -327,6 +327,12 @@ static void check_level(enum ft_isa isa) {
             if (g->large)
                 for (int nt = 1; nt <= g->large->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
                     check_gemm(isa, g->large, k, rows, nt, nt % 2, false);
+            /* the amx Q4_K/Q5_K kernel with the scales in the integers, also
+             * when FT_KQUANT_INT_SCALES leaves it out of the table */
+            const struct ft_qgemm *k4 = isa == FT_ISA_AMX ? ft_amx_qgemm_k4(t) : NULL;
+            if (k4 && g->large != k4)
+                for (int nt = 1; nt <= k4->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
+                    check_gemm(isa, k4, k, rows, nt, nt % 2, false);
         }
         if (g->large) {
             const struct ft_qgemm *L = g->large;
