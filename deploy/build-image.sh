@@ -27,7 +27,8 @@ usage: deploy/build-image.sh [options]
 
 Builds deploy/Containerfile into an image (podman).
 
-  -t, --tag NAME      image to build (default localhost/freetoken/ft:dev)
+  -t, --tag NAME      image to build (default localhost/freetoken/ft:dev, with
+                      --arch arm64 localhost/freetoken/ft:dev-arm64)
   --base IMAGE        build FROM this image; never make a local base
   --local-base        make the local base from the Debian mirror even if
                       debian:12 could be pulled (and remake it if it exists)
@@ -39,6 +40,12 @@ Builds deploy/Containerfile into an image (podman).
                       (default: the one in the host's apt sources, else the
                       mirror's URL with -security appended)
   --no-cache          build every step again (no cached layers)
+  --arch arm64        build the linux/arm64 image instead, without running any
+                      arm64 code: ft cross-compiled for aarch64 and a root
+                      filesystem of Debian 12's arm64 packages assembled on
+                      this host, imported with podman import --arch arm64
+                      (see "linux/arm64" below); --base, --local-base and
+                      --no-cache do not apply
   --print-global-args print the podman options this host needs (put them
                       before the subcommand: podman OPTIONS run ...) and exit
   --print-run-args    print the `podman run` options this host needs and exit
@@ -47,6 +54,18 @@ Builds deploy/Containerfile into an image (podman).
 Without --base: debian:12 if podman has it or can pull it, else the local
 base localhost/debian:12 (made from the mirror when missing). The local base
 needs root and debootstrap.
+
+linux/arm64: scripts/arm64-sysroot.sh assembles (or reuses) the arm64
+sysroot ($FT_ARM64_SYSROOT, default build/arm64-sysroot; its .debs are
+cached), cmake/aarch64-linux-gnu.cmake cross-builds ft in
+$FT_ARM64_BUILD_DIR (default build/arm64, the directory tests/arm/run_arm_ft.sh
+uses). The root filesystem holds the Debian packages (dpkg -x, no maintainer
+scripts) that own the libraries ft, coreutils and dash need, found by
+following NEEDED entries (aarch64-linux-gnu-readelf) from those binaries,
+plus coreutils (the Deployment's preStop runs /bin/sleep), dash (/bin/sh),
+base-files, /etc/passwd and /etc/group with ft 10001. Same entrypoint,
+command, user, volume, port and environment as deploy/Containerfile's image.
+Needs gcc-aarch64-linux-gnu, cmake and podman; no binfmt_misc or qemu.
 
 Run the image with the model directory on /models (model.gguf inside):
   podman $(deploy/build-image.sh --print-global-args) run --rm \
@@ -65,6 +84,7 @@ MIRROR=""
 SECURITY_MIRROR=""
 NO_CACHE=()
 PRINT=""
+ARCH=""
 LOCAL_TAG=localhost/debian:12
 SUITE=bookworm
 
@@ -77,6 +97,7 @@ while [ $# -gt 0 ]; do
     --mirror) MIRROR=${2:?}; shift ;;
     --security-mirror) SECURITY_MIRROR=${2:?}; shift ;;
     --no-cache) NO_CACHE=(--no-cache) ;;
+    --arch) ARCH=${2:?}; shift ;;
     --print-global-args) PRINT=global ;;
     --print-run-args) PRINT=run ;;
     -h|--help) usage; exit 0 ;;
@@ -85,6 +106,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -n "$BASE" ] && [ "$LOCAL_BASE" = yes ] && die "--base and --local-base/--base-only exclude each other"
+case "$ARCH" in
+  ""|amd64|x86_64) ARCH="" ;;
+  arm64|aarch64) ARCH=arm64
+    { [ -z "$BASE" ] && [ "$LOCAL_BASE" = auto ]; } || die "--arch arm64 builds no base: leave out --base, --local-base, --base-only" ;;
+  *) die "--arch: amd64 or arm64, not $ARCH" ;;
+esac
 
 # ---- the podman options this host needs -------------------------------------
 
@@ -112,6 +139,150 @@ case "$PRINT" in
   run) echo "${RUN_ARGS[*]}"; exit 0 ;;
 esac
 pm() { podman "${GLOBAL_ARGS[@]}" "$@"; }
+
+# ---- linux/arm64: assembled on this host, no arm64 code run ------------------
+
+# Prints the NEEDED sonames of an ELF file (nothing for other files).
+needed() {
+  aarch64-linux-gnu-readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p'
+}
+
+build_arm64() {
+  local t0=$SECONDS tool
+  for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-readelf cmake dpkg-deb apt-get; do
+    command -v "$tool" >/dev/null || die "--arch arm64 needs $tool (apt-get install gcc-aarch64-linux-gnu cmake)"
+  done
+  local sysroot=${FT_ARM64_SYSROOT:-$ROOT/build/arm64-sysroot}
+  local xbuild=${FT_ARM64_BUILD_DIR:-$ROOT/build/arm64}
+  case "$xbuild" in /*) ;; *) xbuild=$ROOT/$xbuild ;; esac
+  local debs=${FT_ARM64_DEBS:-${XDG_CACHE_HOME:-$HOME/.cache}/freetoken/arm64-debs}
+  "$ROOT/scripts/arm64-sysroot.sh" "$sysroot"
+
+  # ft for aarch64, configured as tests/arm/run_arm_ft.sh does (one build
+  # directory serves both).
+  echo "build-image.sh: cross-building ft for aarch64 in $xbuild"
+  mkdir -p "$(dirname "$xbuild")"
+  local gen=()
+  command -v ninja >/dev/null && gen=(-G Ninja)
+  if ! (cd "$ROOT" && cmake -S . -B "$xbuild" "${gen[@]}" -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
+          -DFT_ARM64_SYSROOT="$sysroot" -DCMAKE_BUILD_TYPE=Release -DFT_WERROR=ON) >"$xbuild.configure.log" 2>&1 ||
+     ! cmake --build "$xbuild" -j "$(nproc)" --target ft >"$xbuild.build.log" 2>&1; then
+    cat "$xbuild.configure.log" "$xbuild.build.log" 2>/dev/null | tail -40 >&2
+    die "the aarch64 cross build failed"
+  fi
+  local ft=$xbuild/ft
+  [ "$(aarch64-linux-gnu-readelf -h "$ft" | awk '/Machine:/ {print $2}')" = AArch64 ] || die "$ft is not an aarch64 binary"
+
+  # The package pool: the sysroot's packages and those of coreutils, dash and
+  # base-files with their library dependencies, each unpacked on its own.
+  WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/ft-arm64.XXXXXX")
+  local extra=(coreutils dash base-files) p v f
+  local want
+  want=$( { cat "$sysroot/.packages"
+            apt-cache policy $(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+                --no-breaks --no-replaces --no-enhances "${extra[@]/%/:arm64}" 2>/dev/null |
+              grep -E '^[a-z0-9][^ ]*:arm64$' | sort -u) |
+            awk '/^[^ ].*:arm64:$/ {sub(/:arm64:$/, ""); p = $0} /Candidate:/ {print p, $2}'
+          } | sort -u)
+  local missing=()
+  while read -r p v; do
+    [ -f "$debs/${p}_${v//:/%3a}_arm64.deb" ] || missing+=("$p:arm64=$v")
+  done <<<"$want"
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "build-image.sh: downloading ${#missing[@]} arm64 packages into $debs"
+    mkdir -p "$debs"
+    (cd "$debs" && apt-get download -q "${missing[@]}" 2>&1 | grep -v "^W: Download is performed unsandboxed" || true)
+  fi
+  local pool=$WORK/pool
+  declare -A owner=()   # library file name -> package
+  while read -r p v; do
+    f="$debs/${p}_${v//:/%3a}_arm64.deb"
+    [ -f "$f" ] || die "$f is missing (apt-get download failed?)"
+    mkdir -p "$pool/$p"
+    dpkg-deb -x "$f" "$pool/$p"
+    case "$p" in *-dev) continue ;; esac
+    while read -r f; do
+      [ -n "${owner[$f]:-}" ] || owner[$f]=$p
+    done < <(find "$pool/$p" \( -path '*/lib/aarch64-linux-gnu/*' -o -path '*/lib/ld-linux-aarch64.so.1' \) \
+               \( -type f -o -type l \) -printf '%f\n')
+  done <<<"$want"
+
+  # The closure: the packages owning every library that ft and the extras'
+  # executables need, NEEDED entry by NEEDED entry.
+  declare -A keep=() seen=()
+  local queue=("$ft") e lib dir
+  for p in "${extra[@]}"; do
+    keep[$p]=1
+    while read -r f; do queue+=("$f"); done < <(find "$pool/$p" -type f -perm -u+x)
+  done
+  while [ ${#queue[@]} -gt 0 ]; do
+    e=${queue[0]}; queue=("${queue[@]:1}")
+    for lib in $(needed "$e"); do
+      [ -z "${seen[$lib]:-}" ] || continue
+      seen[$lib]=1
+      p=${owner[$lib]:-}
+      [ -n "$p" ] || die "no arm64 package in the pool has $lib (needed by ${e#$WORK/})"
+      keep[$p]=1
+      for dir in usr/lib/aarch64-linux-gnu lib/aarch64-linux-gnu; do
+        [ -e "$pool/$p/$dir/$lib" ] && queue+=("$(readlink -f "$pool/$p/$dir/$lib")") && break
+      done
+    done
+  done
+  keep[libc6]=1   # the loader
+  local pkgs
+  pkgs=$(printf '%s\n' "${!keep[@]}" | sort)
+  echo "build-image.sh: arm64 root filesystem from $(echo "$pkgs" | wc -l) packages:" $pkgs
+
+  local r=$WORK/rootfs
+  mkdir -p "$r"
+  for p in $pkgs; do cp -a "$pool/$p/." "$r/"; done
+  # Merged /usr, as Debian 12 installs it.
+  for dir in bin sbin lib; do
+    if [ -d "$r/$dir" ] && [ ! -L "$r/$dir" ]; then
+      mkdir -p "$r/usr/$dir"
+      cp -a "$r/$dir/." "$r/usr/$dir/"
+      rm -rf "${r:?}/$dir"
+    fi
+    mkdir -p "$r/usr/$dir"
+    ln -s "usr/$dir" "$r/$dir"
+  done
+  # Relative symlinks: the same target in the container, and under
+  # qemu-aarch64 -L ROOTFS on a host.
+  find "$r" -type l -lname '/*' | while read -r f; do
+    ln -sfn "$(realpath -m --relative-to="$(dirname "$f")" "$r$(readlink "$f")")" "$f"
+  done
+  install -D -m 0755 "$ft" "$r/usr/local/bin/ft"
+  # What the run stage's groupadd/useradd and Debian's base-passwd give.
+  mkdir -p "$r/etc"
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'ft:x:10001:10001::/nonexistent:/usr/sbin/nologin' >"$r/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'ft:x:10001:' >"$r/etc/group"
+  printf '%s\n' 'passwd: files' 'group: files' 'hosts: files dns' >"$r/etc/nsswitch.conf"
+  : >"$r/etc/resolv.conf"
+  mkdir -p "$r/tmp" "$r/root" "$r/models" "$r/proc" "$r/sys" "$r/dev" "$r/run" "$r/var/tmp"
+  chmod 1777 "$r/tmp" "$r/var/tmp"
+  chmod 0700 "$r/root"
+  rm -rf "${r:?}/usr/share/man" "${r:?}/usr/share/info"
+
+  local old
+  old=$(pm image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
+  tar -C "$r" --numeric-owner --owner=0 --group=0 -cf - . \
+    | pm import -q --os linux --arch arm64 \
+        --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        --change 'ENV FT_MODEL=/models/model.gguf' \
+        --change 'VOLUME ["/models"]' \
+        --change 'USER 10001:10001' \
+        --change 'EXPOSE 8080' \
+        --change 'ENTRYPOINT ["/usr/local/bin/ft", "serve"]' \
+        --change 'CMD ["--host", "0.0.0.0", "--port", "8080", "--metrics-compat", "vllm"]' \
+        --change "LABEL org.opencontainers.image.description=FreeToken ft serve, linux/arm64, Debian $SUITE packages (deploy/build-image.sh --arch arm64)" \
+        - "$TAG" >/dev/null
+  [ -z "$old" ] || [ "$old" = "$(pm image inspect --format '{{.Id}}' "$TAG")" ] || pm rmi "$old" >/dev/null 2>&1 || true
+  cleanup
+  WORK=""
+  local size
+  size=$(pm image inspect --format '{{.Size}}' "$TAG")
+  echo "build-image.sh: $TAG (linux/arm64) built in $((SECONDS - t0)) s, $((size / 1000000)) MB"
+}
 
 # ---- the local Debian 12 base -------------------------------------------------
 
@@ -192,6 +363,12 @@ EOF
   WORK=""
   echo "build-image.sh: $LOCAL_TAG made in $((SECONDS - t0)) s"
 }
+
+if [ "$ARCH" = arm64 ]; then
+  [ "$TAG" != localhost/freetoken/ft:dev ] || TAG=localhost/freetoken/ft:dev-arm64
+  build_arm64
+  exit 0
+fi
 
 if [ -z "$BASE" ]; then
   if [ "$LOCAL_BASE" = yes ]; then

@@ -128,6 +128,17 @@ static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, i
  * repacked: through the repacked tiles, which must also give exactly the
  * floats of the unpacked ones: the same integer sums, scaled in the same
  * order). */
+/* The amx level's Q4_K/Q5_K kernel with the scales in the integers
+ * (simd/x86/amx_qgemm_k4.c; x86 builds only). */
+static const struct ft_qgemm *amx_k4(enum ft_type t) {
+#if defined(__x86_64__)
+    return ft_amx_qgemm_k4(t);
+#else
+    (void)t;
+    return NULL;
+#endif
+}
+
 static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes,
                        bool repacked) {
     const enum ft_type t = g->type;
@@ -237,7 +248,7 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
     /* except the amx Q4_K/Q5_K large entry, whose integer sums take the
      * sub-block scales (amx_qgemm_k4.c): its floats are another order, held
      * to the reference below */
-    const bool own_order = isa == FT_ISA_AMX && g == ft_amx_qgemm_k4(t);
+    const bool own_order = isa == FT_ISA_AMX && g == amx_k4(t);
     if (same_as != isa && ft_isa_supported(same_as) && !own_order) {
         float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
@@ -329,7 +340,7 @@ static void check_level(enum ft_isa isa) {
                     check_gemm(isa, g->large, k, rows, nt, nt % 2, false);
             /* the amx Q4_K/Q5_K kernel with the scales in the integers, also
              * when FT_KQUANT_INT_SCALES leaves it out of the table */
-            const struct ft_qgemm *k4 = isa == FT_ISA_AMX ? ft_amx_qgemm_k4(t) : NULL;
+            const struct ft_qgemm *k4 = isa == FT_ISA_AMX ? amx_k4(t) : NULL;
             if (k4 && g->large != k4)
                 for (int nt = 1; nt <= k4->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
                     check_gemm(isa, k4, k, rows, nt, nt % 2, false);
