@@ -4,8 +4,9 @@
 #   2. release build with warnings as errors -> C unit tests (ctest)
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build -> the same tests
 #   4. end-to-end tests of the ft binary (pytest), incl. the real model, and
-#      of the OCI image (deploy/build-image.sh builds it; FT_TEST_IMAGE=0
-#      leaves that test out)
+#      of the OCI images, amd64 and linux/arm64 (deploy/build-image.sh
+#      builds them; the arm64 one without running arm64 code; FT_TEST_IMAGE=0
+#      leaves them out)
 #   5. the NEON kernels and the whole ft for aarch64 under qemu-aarch64
 #      (tests/arm: the kernel tests per level; ft info, logits, serve and
 #      the clock against an arm64 sysroot of Debian's libraries)
