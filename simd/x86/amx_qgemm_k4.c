@@ -34,6 +34,7 @@
 #include "simd/level.h"
 #include "simd/quant_ref.h"
 #include "simd/x86/amx_common.h"
+#include "simd/x86/vec512.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -127,7 +128,7 @@ static void pack_sb_row(uint8_t *sb, int r, uint16_t dh, uint16_t dminh, const u
     }
 }
 
-static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+static void pack_w_Q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
     const int64_t nb = k / FT_QK_K;
     if (n_rows < TR) /* the missing rows */
         memset(tile, 0, w_tile_size(k));
@@ -138,7 +139,7 @@ static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void
     }
 }
 
-static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+static void pack_w_Q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
     const int64_t nb = k / FT_QK_K;
     if (n_rows < TR) /* the missing rows */
         memset(tile, 0, w_tile_size(k));
@@ -252,63 +253,31 @@ static void kernel(const void *w_tile, const void *a_tile, int64_t k, int n_rows
 #undef ACH
     scale_sb(sums[(nb - 1) & 1], w + (size_t)(nb - 1) * W_SB, a + (size_t)(nb - 1) * A_SB, acc);
     /* acc[r] holds row r's 16 tokens: transpose to a vector per token */
-    __m512 t[16];
-    for (int i = 0; i < 16; i++)
-        t[i] = acc[i];
-    {
-        __m512 u[16];
-        for (int i = 0; i < 8; i++) {
-            u[2 * i] = _mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]);
-            u[2 * i + 1] = _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]);
-        }
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 2; j++) {
-                const __m512d x = _mm512_castps_pd(u[4 * i + j]), y = _mm512_castps_pd(u[4 * i + j + 2]);
-                t[4 * i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
-                t[4 * i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
-            }
-        for (int c = 0; c < 4; c++) {
-            const __m512 p = _mm512_shuffle_f32x4(t[c], t[4 + c], 0x88), q = _mm512_shuffle_f32x4(t[c], t[4 + c], 0xdd);
-            const __m512 e = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0x88),
-                         f = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0xdd);
-            u[c] = _mm512_shuffle_f32x4(p, e, 0x88);
-            u[8 + c] = _mm512_shuffle_f32x4(p, e, 0xdd);
-            u[4 + c] = _mm512_shuffle_f32x4(q, f, 0x88);
-            u[12 + c] = _mm512_shuffle_f32x4(q, f, 0xdd);
-        }
-        const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-        for (int i = 0; i < n_tok; i++)
-            _mm512_mask_storeu_ps(out + (int64_t)i * ld, rows, u[i]);
-    }
+    ftv_transpose(acc);
+    const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
+    for (int i = 0; i < n_tok; i++)
+        _mm512_mask_storeu_ps(out + (int64_t)i * ld, rows, acc[i]);
 }
 
 /* ---- entries -------------------------------------------------------------------------- */
 
-static const struct ft_qgemm g_q4_K = {
-    .type = FT_TYPE_Q4_K,
-    .act_type = FT_TYPE_Q8_K,
-    .tile_rows = TR,
-    .tile_tokens = TT,
-    .min_tokens = FT_AMX_K4_MIN_TOKENS,
-    .w_tile_size = w_tile_size,
-    .a_tile_size = a_tile_size,
-    .pack_w = pack_w_q4_K,
-    .pack_a = pack_a,
-    .kernel = kernel,
-};
-static const struct ft_qgemm g_q5_K = {
-    .type = FT_TYPE_Q5_K,
-    .act_type = FT_TYPE_Q8_K,
-    .tile_rows = TR,
-    .tile_tokens = TT,
-    .min_tokens = FT_AMX_K4_MIN_TOKENS,
-    .w_tile_size = w_tile_size,
-    .a_tile_size = a_tile_size,
-    .pack_w = pack_w_q5_K,
-    .pack_a = pack_a,
-    .kernel = kernel,
-};
+#define ENTRY(T)                                                                                              \
+    static const struct ft_qgemm g_##T = {                                                                    \
+        .type = FT_TYPE_##T,                                                                                  \
+        .act_type = FT_TYPE_Q8_K,                                                                             \
+        .tile_rows = TR,                                                                                      \
+        .tile_tokens = TT,                                                                                    \
+        .min_tokens = FT_AMX_K4_MIN_TOKENS,                                                                   \
+        .w_tile_size = w_tile_size,                                                                           \
+        .a_tile_size = a_tile_size,                                                                           \
+        .pack_w = pack_w_##T,                                                                                 \
+        .pack_a = pack_a,                                                                                     \
+        .kernel = kernel,                                                                                     \
+    };
+ENTRY(Q4_K)
+ENTRY(Q5_K)
+#undef ENTRY
 
 const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t) {
-    return t == FT_TYPE_Q4_K ? &g_q4_K : t == FT_TYPE_Q5_K ? &g_q5_K : NULL;
+    return t == FT_TYPE_Q4_K ? &g_Q4_K : t == FT_TYPE_Q5_K ? &g_Q5_K : NULL;
 }
