@@ -39,4 +39,8 @@ int ft_moe_check_hparams(struct ft_model *m);
 /* The llama forward pass, shared by qwen2 (same graph, with biases). */
 void ft_llama_forward(struct ft_fwd *f);
 
+/* Layer il's attention half of the qwen3 graph (Q/K head norms, NeoX RoPE,
+ * x += Wo attention), shared by qwen3moe. */
+void ft_qwen3_attention(struct ft_fwd *f, int il);
+
 #endif
