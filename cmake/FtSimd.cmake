@@ -48,7 +48,7 @@ function(ft_simd_sources out_sources out_defs)
     # AMX: avx512's flags and the tile instructions, in the one file that
     # runs them (the amx level; cpu_detect.c checks CPUID, XCR0 and the
     # kernel's permission before anything calls it).
-    set(amx ${root}/simd/x86/amx_qgemm.c ${root}/simd/x86/amx_qgemm_k4.c ${root}/simd/x86/amx_float_gemm.c)
+    set(amx ${root}/simd/x86/amx_qgemm.c ${root}/simd/x86/amx_qgemm_k4.c ${root}/simd/x86/amx_qgemm_k4_vnni.c ${root}/simd/x86/amx_float_gemm.c)
     set_source_files_properties(${amx} PROPERTIES COMPILE_OPTIONS
       "-mamx-tile;-mamx-int8;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
     list(APPEND srcs ${avx2} ${avx512} ${amx})

@@ -2,7 +2,8 @@
 # Long fuzzing: every libFuzzer target (tests/fuzz/fuzz_*.c) until it has run
 # RUNS inputs or SECONDS have passed, whichever comes first, with the same
 # sanitizers and corpora as the short CI run (tests/fuzz/run_fuzz.sh). Prints
-# one Markdown table row per target — executions, seconds, executions/s,
+# one Markdown table row per target — executions, wall and CPU seconds,
+# executions per CPU second,
 # coverage (edges), features, corpus size, crashes — to paste into
 # docs/fuzzing.md, and keeps the grown corpora for the next run.
 #
@@ -46,7 +47,14 @@ run_one() {
         "$build/tests/$t" -max_total_time="$secs" -runs="$runs" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$t-" "$work" $seeds \
         >"$logs/$t.log" 2>&1 || rc=$?
-    echo "$rc $((SECONDS - start))" >"$logs/$t.status"
+    # CPU seconds of the fuzzer (the children of this background subshell):
+    # on a shared machine wall time overstates how long a target really ran.
+    # (times itself runs here: inside $(...) it would count that subshell's.)
+    local cpu
+    times >"$logs/$t.times"
+    cpu=$(tail -1 "$logs/$t.times" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/);
+                                 printf "%d", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+    echo "$rc $((SECONDS - start)) $cpu" >"$logs/$t.status"
 }
 
 running=0
@@ -61,10 +69,10 @@ done
 wait
 
 status=0
-echo "| target | executions | seconds | exec/s | coverage (edges) | features | corpus | crashes |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| target | executions | seconds | CPU seconds | exec/CPU s | coverage (edges) | features | corpus | crashes |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for t in $targets; do
-    read -r rc took <"$logs/$t.status"
+    read -r rc took cpu <"$logs/$t.status"
     log="$logs/$t.log"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     last=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1 || true)
@@ -76,7 +84,8 @@ for t in $targets; do
         crashes=1
         status=1
     fi
-    rate=$(( ${execs:-0} / (took > 0 ? took : 1) ))
-    echo "| $t | ${execs:-?} | $took | $rate | ${cov:-?} | ${ft:-?} | ${corp:-?} | $crashes |"
+    cpu=${cpu:-$took}
+    rate=$(( ${execs:-0} / (cpu > 0 ? cpu : 1) ))
+    echo "| $t | ${execs:-?} | $took | $cpu | $rate | ${cov:-?} | ${ft:-?} | ${corp:-?} | $crashes |"
 done
 exit $status

@@ -57,14 +57,13 @@
 /* Bytes of unpacked weights a thread works on at a time (at least one tile). */
 #define FT_QGEMM_PANEL_BYTES (512u << 10)
 
-/* The tiled kernels of w for n_tok tokens whose smallest sequence has
- * min_seq rows (its repacked ones, or the level's GEMM), or NULL for
- * vec_dot. */
-static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok, int32_t min_seq) {
+/* The tiled kernels of w for n_tok tokens (its repacked ones, or the
+ * level's GEMM), or NULL for vec_dot. */
+static const struct ft_qgemm *gemm_for(const struct ft_weight *w, int32_t n_tok) {
     if (w->rw)
-        return ft_qgemm_for_batch(w->rw, n_tok, min_seq);
+        return ft_qgemm_for_tokens(w->rw, n_tok);
     const struct ft_qgemm *g = ft_qgemm_get(w->type);
-    return g && n_tok >= g->min_tokens ? ft_qgemm_for_batch(g, n_tok, min_seq) : NULL;
+    return g && n_tok >= g->min_tokens ? ft_qgemm_for_tokens(g, n_tok) : NULL;
 }
 
 static enum ft_type vdt_of(const struct ft_weight *w) { return ft_type_traits(w->type)->vec_dot_type; }
@@ -411,22 +410,18 @@ static void matmul(struct ft_fwd *f, const float *in, int n, const struct ft_mm 
         return;
     /* Consecutive products that share the path and the activation tiles
      * (or rows) run as one group. */
-    const int32_t *seq_n = att ? f->s->row_att_n : f->s->row_seq_n;
-    int32_t min_seq = f->n_rows;
-    for (int32_t r = 0; r < f->n_rows; r++)
-        min_seq = FT_MIN(min_seq, seq_n[r]);
     int i = 0;
     while (i < n) {
         if (matmul_float(f, in, 1, &mm[i])) {
             i++;
             continue;
         }
-        const struct ft_qgemm *g0 = gemm_for(mm[i].w, f->n_rows, min_seq);
+        const struct ft_qgemm *g0 = gemm_for(mm[i].w, f->n_rows);
         const struct ft_qgemm *gs[FT_MM_MAX];
         gs[0] = g0;
         int j = i + 1;
         while (j < n && j - i < FT_MM_MAX && !ft_gemm_float_applies(f, mm[j].w)) {
-            const struct ft_qgemm *gj = gemm_for(mm[j].w, f->n_rows, min_seq);
+            const struct ft_qgemm *gj = gemm_for(mm[j].w, f->n_rows);
             const bool same = g0 ? gj && gj->pack_a == g0->pack_a && gj->tile_rows == g0->tile_rows
                                  : !gj && vdt_of(mm[j].w) == vdt_of(mm[i].w);
             if (!same)

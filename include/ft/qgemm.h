@@ -87,20 +87,16 @@ struct ft_qgemm {
      * batches large enough that unpacking once per product beats unpacking
      * in registers per 4 tokens (FT_RW_UNPACK_MIN_TOKENS). */
     void (*unpack_rw)(const void *rw_tile, int64_t k, void *w_tile);
-    /* Optional: the GEMM for batches of at least large_min_tokens, with the
-     * same weight tiles (w_tile_size, pack_w, and the repacked layout with
-     * its unpack_rw) but activation tiles and a kernel of its own (the amx
-     * level's tile unit). Where the weights are repacked, large_min_tokens
-     * >= FT_RW_UNPACK_MIN_TOKENS, so the large entry only ever runs on
-     * unpacked tiles and never on kernel_rw's path. */
+    /* Optional: the GEMM for batches of at least large_min_tokens, with
+     * activation tiles and a kernel of its own (the amx level's tile
+     * unit), and the same floats for every (row, token) as this entry.
+     * Where the weights are repacked it shares this entry's weight tiles
+     * (w_tile_size, pack_w, and the repacked layout with its unpack_rw),
+     * large_min_tokens >= FT_RW_UNPACK_MIN_TOKENS, so it only ever runs on
+     * unpacked tiles and never on kernel_rw's path; otherwise its weight
+     * tiles may be its own too (the amx Q4_K/Q5_K entries). */
     const struct ft_qgemm *large;
     int large_min_tokens;
-    /* The large entry's floats are not this entry's (another order of the
-     * float operations, within the same tolerance): it is then taken only
-     * when every sequence of the batch has at least large_min_tokens rows,
-     * so a row's numbers depend on its own sequence's rows alone, as the
-     * forward pass promises (docs/architecture.md, the batch contract). */
-    bool large_own_floats;
 };
 
 /* Batches from which repacked weights with unpack_rw are unpacked into a
@@ -108,19 +104,9 @@ struct ft_qgemm {
  * measured about 4% behind the unpacked kernel, near this host's noise). */
 #define FT_RW_UNPACK_MIN_TOKENS 32
 
-/* g, or its large entry when n_tok reaches it (and, where the large
- * entry has floats of its own, when every sequence has min_seq_rows >=
- * large_min_tokens rows; pass n_tok for one sequence). */
-static inline const struct ft_qgemm *ft_qgemm_for_batch(const struct ft_qgemm *g, int64_t n_tok,
-                                                        int64_t min_seq_rows) {
-    if (!g || !g->large || n_tok < g->large_min_tokens)
-        return g;
-    return g->large_own_floats && min_seq_rows < g->large_min_tokens ? g : g->large;
-}
-
-/* The same for a batch of one sequence. */
+/* g, or its large entry when n_tok reaches it. */
 static inline const struct ft_qgemm *ft_qgemm_for_tokens(const struct ft_qgemm *g, int64_t n_tok) {
-    return ft_qgemm_for_batch(g, n_tok, n_tok);
+    return g && g->large && n_tok >= g->large_min_tokens ? g->large : g;
 }
 
 /* The GEMM of the kernel level in use for weights of type t, or NULL when

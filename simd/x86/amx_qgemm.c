@@ -258,16 +258,6 @@ static void set(struct ft_level *l, enum ft_type t, pack_a_fn pack_a, size_fn a_
     g_amx[t].a_tile_size = a_size;
     g_amx[t].pack_a = pack_a;
     g_amx[t].kernel = kernel;
-    /* Q4_K, Q5_K: from FT_AMX_K4_MIN_TOKENS, the kernel with the scales in
-     * the integers (amx_qgemm_k4.c), only when FT_KQUANT_INT_SCALES=1 asks:
-     * its floats differ from the one-row dot's, so the tail of a prompt
-     * re-evaluated after a prefix-cache hit would no longer get the floats
-     * of its first prefill, and a repeated request at temperature 0 could
-     * answer differently (docs/architecture.md) */
-    const char *env = getenv("FT_KQUANT_INT_SCALES");
-    g_amx[t].large = env && !strcmp(env, "1") ? ft_amx_qgemm_k4(t) : NULL;
-    g_amx[t].large_min_tokens = g_amx[t].large ? FT_AMX_K4_MIN_TOKENS : 0;
-    g_amx[t].large_own_floats = g_amx[t].large != NULL;
     if (!base->kernel_rw) {
         l->qgemm[t] = &g_amx[t];
         return;
@@ -292,4 +282,7 @@ void ft_amx_qgemm_fill(struct ft_level *l) {
     set(l, FT_TYPE_IQ4_NL, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_IQ4_NL, unpack_rw_signed_IQ4_NL);
     set(l, FT_TYPE_MXFP4, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_MXFP4, unpack_rw_signed_MXFP4);
     set(l, FT_TYPE_IQ4_XS, pack_a_iq4_xs, pack_a_iq4_xs_size, kernel_q8_0_class, pack_w_signed_IQ4_XS, unpack_rw_signed_IQ4_XS);
+    /* Q4_K, Q5_K: the kernel with the scales in the integers and the
+     * one-row dot in its order instead (amx_qgemm_k4.c) */
+    ft_amx_k4_fill(l);
 }

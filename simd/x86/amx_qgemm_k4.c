@@ -31,12 +31,15 @@
  * against avx512 (tests/unit/test_qgemm.c). */
 #include "ft/common.h"
 #include "simd/fp16.h"
+#include "simd/kernels.h"
 #include "simd/level.h"
 #include "simd/quant_ref.h"
 #include "simd/x86/amx_common.h"
 #include "simd/x86/vec512.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TR 16    /* weight rows per tile */
@@ -259,6 +262,64 @@ static void kernel(const void *w_tile, const void *a_tile, int64_t k, int n_rows
         _mm512_mask_storeu_ps(out + (int64_t)i * ld, rows, acc[i]);
 }
 
+/* ---- the one-row dot in the kernel's order ------------------------------------------------ */
+
+/* One super-block of one weight row and one token, added to acc as the
+ * kernel adds it: S and M are the same integers however they are summed
+ * (here maddubs pairs times the scales as words, and the mins times the
+ * 16-element sums), and the two float operations are scale_sb's,
+ *   acc = (d S - dmin M) D + acc,
+ * each fused as there. qh is NULL for Q4_K. */
+static inline float sb_dot(const uint8_t *scales, uint16_t dh, uint16_t dminh, const uint8_t *qs, const uint8_t *qh,
+                           const ft_block_q8_K *y, float acc) {
+    const struct ft_scales16 sv = ft_k4_scales(scales);
+    const __m128i u = _mm_setr_epi32((int)sv.w[0], (int)sv.w[1], (int)sv.w[2], (int)sv.w[3]);
+    /* M = sum_s mn_s (bsum[2s] + bsum[2s+1]): each mn twice, against the 16 sums */
+    const __m128i mn2 = _mm_shuffle_epi8(u, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+    const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn2), _mm256_loadu_si256((const __m256i *)y->bsums));
+    /* S = sum_s sc_s (q . a)_s: 64 elements (sub-blocks 2j, 2j+1) a step */
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u)); /* sc 0..7 as words, in every 128 bits */
+    const __m512i hq = qh ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh)) : _mm512_setzero_si512();
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512i sumi = _mm512_setzero_si512();
+    for (int j = 0; j < NCH; j++) {
+        __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * j)));
+        q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xffff0000u, q, 4), low);
+        if (qh) { /* bit 2j of qh[l] is bit 4 of element 64j + l, bit 2j + 1 of 64j + 32 + l */
+            const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))),
+                                                   _mm256_set1_epi8((char)(2 << (2 * j))), 1);
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hq, sel), q, _mm512_set1_epi8(16));
+        }
+        const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512(y->qs + 64 * j));
+        /* word 2j's scale in the low 256 bits, word 2j + 1's in the high */
+        const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)),
+                                               _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))), 1);
+        sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_shuffle_epi8(sc, idx));
+    }
+    const int S = _mm512_reduce_add_epi32(sumi);
+    const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mins), _mm256_extracti128_si256(mins, 1));
+    const __m128i m2 = _mm_add_epi32(m4, _mm_unpackhi_epi64(m4, m4));
+    const int M = _mm_cvtsi128_si32(_mm_add_epi32(m2, _mm_shuffle_epi32(m2, 1)));
+    const float f = fmaf(ft_half_to_float(dh), (float)S, -(ft_half_to_float(dminh) * (float)M));
+    return fmaf(f, y->d, acc);
+}
+
+#define DOT(T, QH)                                                                                        \
+    static void vec_dot_##T(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) { \
+        const ft_block_##T *x = vx;                                                                           \
+        const ft_block_q8_K *y = vy;                                                                          \
+        float acc = 0.0f;                                                                                     \
+        for (int64_t i = 0; i < n / FT_QK_K; i++) {                                                           \
+            for (int o = 0; o < (int)sizeof(x[i]); o += 64)                                                   \
+                _mm_prefetch((const char *)&x[i] + FT_PREFETCH_DIST + o, _MM_HINT_T0);                       \
+            acc = sb_dot(x[i].scales, x[i].d, x[i].dmin, x[i].qs, QH, &y[i], acc);                            \
+        }                                                                                                     \
+        *s = acc;                                                                                             \
+    }
+DOT(q4_K, NULL)
+DOT(q5_K, x[i].qh)
+#undef DOT
+
 /* ---- entries -------------------------------------------------------------------------- */
 
 #define ENTRY(T)                                                                                              \
@@ -267,7 +328,7 @@ static void kernel(const void *w_tile, const void *a_tile, int64_t k, int n_rows
         .act_type = FT_TYPE_Q8_K,                                                                             \
         .tile_rows = TR,                                                                                      \
         .tile_tokens = TT,                                                                                    \
-        .min_tokens = FT_AMX_K4_MIN_TOKENS,                                                                   \
+        .min_tokens = FT_AMX_K4_TILE_TOKENS,                                                                  \
         .w_tile_size = w_tile_size,                                                                           \
         .a_tile_size = a_tile_size,                                                                           \
         .pack_w = pack_w_##T,                                                                                 \
@@ -280,4 +341,27 @@ ENTRY(Q5_K)
 
 const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t) {
     return t == FT_TYPE_Q4_K ? &g_Q4_K : t == FT_TYPE_Q5_K ? &g_Q5_K : NULL;
+}
+
+bool ft_amx_k4_enabled(void) {
+    const char *env = getenv("FT_KQUANT_INT_SCALES");
+    return !(env && !strcmp(env, "0"));
+}
+
+/* The VNNI entry with the tile entry as its large one (struct ft_qgemm:
+ * each has weight tiles of its own, which matmul.c allows). */
+static struct ft_qgemm g_small[2];
+
+void ft_amx_k4_fill(struct ft_level *l) {
+    if (!ft_amx_k4_enabled())
+        return;
+    const enum ft_type ts[2] = {FT_TYPE_Q4_K, FT_TYPE_Q5_K};
+    for (int i = 0; i < 2; i++) {
+        g_small[i] = *ft_amx_qgemm_k4_vnni(ts[i]);
+        g_small[i].large = ft_amx_qgemm_k4(ts[i]);
+        g_small[i].large_min_tokens = FT_AMX_K4_TILE_TOKENS;
+        l->qgemm[ts[i]] = &g_small[i];
+    }
+    l->types[FT_TYPE_Q4_K].vec_dot = vec_dot_q4_K;
+    l->types[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K;
 }

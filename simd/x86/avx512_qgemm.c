@@ -27,6 +27,7 @@
  */
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
+#include "simd/x86/gather16.h"
 #include "simd/x86/qgemm_scale512.h"
 
 #include <immintrin.h>
@@ -106,103 +107,64 @@ KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)   /* Q6_K, repacked as on avx2 */
 
 FT_QG_PACK_W_PORTABLE(portable_, TR)
 
-/* Byte offsets of the tile's rows and the mask of those that exist. */
-struct rows16 {
-    __m512i off;
-    __mmask16 m;
-};
-
-static inline struct rows16 rows16(size_t w_row, int n_rows) {
-    struct rows16 r;
-    r.off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                               _mm512_set1_epi32((int)w_row));
-    r.m = (__mmask16)((1u << n_rows) - 1u);
-    return r;
-}
-
-/* The 4 bytes at p + row offset of each row (0 for missing rows). */
-static inline __m512i gather(struct rows16 r, const uint8_t *p) {
-    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), r.m, r.off, p, 1);
-}
-
-/* The half at byte 0 (lo) or 2 (hi) of each gathered word, as floats. */
-static inline __m512 half_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
-static inline __m512 half_hi(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
-
 static inline void store(uint8_t *p, __m512i v) { _mm512_storeu_si512(p, v); }
 static inline void storef(uint8_t *p, __m512 v) { _mm512_storeu_ps(p, v); }
 
-/* Row offsets are int32: the engine never packs rows more than 2 GiB apart
- * (16 rows of at most 8 MiB each). */
-static int rows_fit(size_t w_row) { return w_row <= (size_t)INT32_MAX / TR; }
-
 static void pack_w_q8_0(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!rows_fit(w_row)) {
+    if (!ft_rows16_fit(w_row)) {
         portable_q8_0(w, w_row, n_rows, k, tile);
         return;
     }
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i bias = _mm512_set1_epi32((int)0x80808080u);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / 32; b++, o += ft_qg_sb_bytes(TR, 32, 0)) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q8_0);
         for (int g = 0; g < 8; g++)
-            store(o + 64 * g, _mm512_xor_si512(gather(r, p + 2 + 4 * g), bias));
-        storef(o + 512, half_lo(gather(r, p)));
+            store(o + 64 * g, _mm512_xor_si512(ft_gather16(r, p + 2 + 4 * g), bias));
+        storef(o + 512, ft_half_lo16(ft_gather16(r, p)));
     }
 }
 
 static void pack_w_q4_0(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!rows_fit(w_row)) {
+    if (!ft_rows16_fit(w_row)) {
         portable_q4_0(w, w_row, n_rows, k, tile);
         return;
     }
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / 32; b++, o += ft_qg_sb_bytes(TR, 32, 0)) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
         for (int j = 0; j < 4; j++) {
-            const __m512i v = gather(r, p + 2 + 4 * j);
+            const __m512i v = ft_gather16(r, p + 2 + 4 * j);
             store(o + 64 * j, _mm512_and_si512(v, m4));
             store(o + 64 * (4 + j), _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
         }
-        storef(o + 512, half_lo(gather(r, p)));
+        storef(o + 512, ft_half_lo16(ft_gather16(r, p)));
     }
 }
 
-/* Q4_K scales of 16 rows: d/dmin word and the 12 packed bytes, decoded
- * lane-wise as ft_k4_scales does for one row. */
-static inline void k4_scales16(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
-    const __m512i dd = gather(r, p);
-    const __m512i a0 = gather(r, p + 4), a1 = gather(r, p + 8), a2 = gather(r, p + 12);
-    const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
-                  m03 = _mm512_set1_epi32(0x03030303);
+/* Q4_K scales of 16 rows into the tile's S and M slots. */
+static inline void k4_scales16(struct ft_rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
     __m512i w4[4];
-    w4[0] = _mm512_and_si512(a0, m3f);
-    w4[1] = _mm512_or_si512(_mm512_and_si512(a2, m0f),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, 6), m03), 4));
-    w4[2] = _mm512_and_si512(a1, m3f);
-    w4[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m0f),
-                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, 6), m03), 4));
-    const __m512 d = half_lo(dd), dmin = half_hi(dd);
-    const __m512i ff = _mm512_set1_epi32(0xff);
+    __m512 d, dmin;
+    ft_k4_scales16(r, p, w4, &d, &dmin);
     for (int s = 0; s < 8; s++) {
-        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(w4[s / 4], 8 * (s % 4)), ff);
-        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(w4[2 + s / 4], 8 * (s % 4)), ff);
+        const __m512i sc = ft_byte16(w4[s / 4], s % 4), mn = ft_byte16(w4[2 + s / 4], s % 4);
         storef(o + s * sb + 32 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
-        /* -(dmin * mn), as the portable packer rounds it */
+        /* -(dmin * mn), as the portable packer rounds it (and signs a zero) */
         storef(o + s * sb + 32 * TR + 4 * TR,
-               _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
+               _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f)));
     }
 }
 
 static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!rows_fit(w_row)) {
+    if (!ft_rows16_fit(w_row)) {
         portable_q4_K(w, w_row, n_rows, k, tile);
         return;
     }
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
     uint8_t *o = tile;
@@ -211,7 +173,7 @@ static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void
         k4_scales16(r, p, o, sb);
         for (int c = 0; c < 4; c++)
             for (int g = 0; g < 8; g++) {
-                const __m512i v = gather(r, p + 16 + 32 * c + 4 * g);
+                const __m512i v = ft_gather16(r, p + 16 + 32 * c + 4 * g);
                 store(o + (2 * c) * sb + 64 * g, _mm512_and_si512(v, m4));
                 store(o + (2 * c + 1) * sb + 64 * g, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
             }
@@ -219,11 +181,11 @@ static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void
 }
 
 static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!rows_fit(w_row)) {
+    if (!ft_rows16_fit(w_row)) {
         portable_q5_K(w, w_row, n_rows, k, tile);
         return;
     }
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
     const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
     uint8_t *o = tile;
@@ -231,9 +193,9 @@ static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q5_K);
         k4_scales16(r, p, o, sb);
         for (int g = 0; g < 8; g++) {
-            const __m512i h = gather(r, p + 16 + 4 * g); /* qh bytes 4g..4g+3: bit j -> sub-block j */
+            const __m512i h = ft_gather16(r, p + 16 + 4 * g); /* qh bytes 4g..4g+3: bit j -> sub-block j */
             for (int c = 0; c < 4; c++) {
-                const __m512i v = gather(r, p + 48 + 32 * c + 4 * g);
+                const __m512i v = ft_gather16(r, p + 48 + 32 * c + 4 * g);
                 const __m512i hl = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c), one), 4);
                 const __m512i hh = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c + 1), one), 4);
                 store(o + (2 * c) * sb + 64 * g, _mm512_or_si512(_mm512_and_si512(v, m4), hl));
@@ -245,20 +207,20 @@ static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void
 }
 
 static void pack_w_q6_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!rows_fit(w_row)) {
+    if (!ft_rows16_fit(w_row)) {
         portable_q6_K(w, w_row, n_rows, k, tile);
         return;
     }
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x03);
     const size_t sb = ft_qg_sb_bytes(TR, 16, 0);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / FT_QK_K; b++, o += 16 * sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q6_K);
         /* d is the high half of the word at 206 (the block ends at 210) */
-        const __m512 d = half_hi(gather(r, p + 206));
+        const __m512 d = ft_half_hi16(ft_gather16(r, p + 206));
         for (int m = 0; m < 4; m++) {
-            const __m512i sc4 = gather(r, p + 192 + 4 * m);
+            const __m512i sc4 = ft_gather16(r, p + 192 + 4 * m);
             for (int i = 0; i < 4; i++) {
                 const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sc4, 24 - 8 * i), 24);
                 storef(o + (4 * m + i) * sb + 16 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
@@ -266,9 +228,9 @@ static void pack_w_q6_K(const void *w, size_t w_row, int n_rows, int64_t k, void
         }
         for (int h = 0; h < 2; h++)
             for (int l0 = 0; l0 < 32; l0 += 4) {
-                const __m512i la = gather(r, p + 64 * h + l0);      /* k = 0 low, k = 2 high nibbles */
-                const __m512i lb = gather(r, p + 64 * h + 32 + l0); /* k = 1, k = 3 */
-                const __m512i qh = gather(r, p + 128 + 32 * h + l0);
+                const __m512i la = ft_gather16(r, p + 64 * h + l0);      /* k = 0 low, k = 2 high nibbles */
+                const __m512i lb = ft_gather16(r, p + 64 * h + 32 + l0); /* k = 1, k = 3 */
+                const __m512i qh = ft_gather16(r, p + 128 + 32 * h + l0);
                 __m512i q[4];
                 q[0] = _mm512_or_si512(_mm512_and_si512(la, m4), _mm512_slli_epi32(_mm512_and_si512(qh, m3), 4));
                 q[1] = _mm512_or_si512(_mm512_and_si512(lb, m4),
@@ -289,18 +251,18 @@ static void pack_w_q6_K(const void *w, size_t w_row, int n_rows, int64_t k, void
 /* ---- gather packers for the other types: the shared group functions, lane-wise ---- */
 
 typedef uint32_t v16u __attribute__((vector_size(64)));
-static inline v16u gather_v(struct rows16 r, const uint8_t *p) { return (v16u)gather(r, p); }
+static inline v16u gather_v(struct ft_rows16 r, const uint8_t *p) { return (v16u)ft_gather16(r, p); }
 #define LD_GATHER(c, p) gather_v(c, p)
-FT_QG_DEFINE_GROUPS(vgroup_, v16u, struct rows16, LD_GATHER)
+FT_QG_DEFINE_GROUPS(vgroup_, v16u, struct ft_rows16, LD_GATHER)
 
-typedef v16u (*vgroup_fn)(struct rows16 r, const uint8_t *blk, int j);
+typedef v16u (*vgroup_fn)(struct ft_rows16 r, const uint8_t *blk, int j);
 /* Writes S (and M) of every sub-block of one block of the 16 rows. */
-typedef void (*vscales_fn)(struct rows16 r, const uint8_t *blk, uint8_t *o, size_t sb);
+typedef void (*vscales_fn)(struct ft_rows16 r, const uint8_t *blk, uint8_t *o, size_t sb);
 
 __attribute__((always_inline)) static inline void pack_w_gather(const void *w, size_t w_row, int n_rows, int64_t k,
                                                                 void *tile, int g, int mins, int blck, size_t bytes,
                                                                 vgroup_fn group, vscales_fn scales) {
-    const struct rows16 r = rows16(w_row, n_rows);
+    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const int nsub = blck / g;
     const size_t sb = ft_qg_sb_bytes(TR, g, mins);
     uint8_t *o = tile;
@@ -314,40 +276,40 @@ __attribute__((always_inline)) static inline void pack_w_gather(const void *w, s
 }
 
 /* d at byte 0 (and m at byte 2) of a 32-element block: S (and M). */
-static void vscales_d(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+static void vscales_d(struct ft_rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
     (void)sb;
-    storef(o + 32 * TR, half_lo(gather(r, p)));
+    storef(o + 32 * TR, ft_half_lo16(ft_gather16(r, p)));
 }
 
-static void vscales_dm(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+static void vscales_dm(struct ft_rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
     (void)sb;
-    const __m512i dm = gather(r, p);
-    storef(o + 32 * TR, half_lo(dm));
-    storef(o + 32 * TR + 4 * TR, half_hi(dm));
+    const __m512i dm = ft_gather16(r, p);
+    storef(o + 32 * TR, ft_half_lo16(dm));
+    storef(o + 32 * TR + 4 * TR, ft_half_hi16(dm));
 }
 
 /* Q2_K: scales[16] at 0 (low nibble sc, high nibble mn), d/dmin at 80. */
-static void vscales_q2_K(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
-    const __m512i dd = gather(r, p + 80);
-    const __m512 d = half_lo(dd), dmin = half_hi(dd);
+static void vscales_q2_K(struct ft_rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    const __m512i dd = ft_gather16(r, p + 80);
+    const __m512 d = ft_half_lo16(dd), dmin = ft_half_hi16(dd);
     const __m512i m4 = _mm512_set1_epi32(0x0f);
     for (int m = 0; m < 4; m++) {
-        const __m512i v = gather(r, p + 4 * m);
+        const __m512i v = ft_gather16(r, p + 4 * m);
         for (int i = 0; i < 4; i++) {
             const __m512i byte = _mm512_srli_epi32(v, 8 * i);
             const __m512i sc = _mm512_and_si512(byte, m4);
             const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(byte, 4), m4);
             storef(o + (4 * m + i) * sb + 16 * TR, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)));
             storef(o + (4 * m + i) * sb + 16 * TR + 4 * TR,
-                   _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
+                   _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn)), _mm512_set1_ps(-0.0f)));
         }
     }
 }
 
 /* Q3_K: the 6-bit scales at 96 (ft_q3k_scales, lane-wise) minus 32, d at 108. */
-static void vscales_q3_K(struct rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
-    const __m512 d = half_hi(gather(r, p + 106));
-    const __m512i a0 = gather(r, p + 96), a1 = gather(r, p + 100), a2 = gather(r, p + 104);
+static void vscales_q3_K(struct ft_rows16 r, const uint8_t *p, uint8_t *o, size_t sb) {
+    const __m512 d = ft_half_hi16(ft_gather16(r, p + 106));
+    const __m512i a0 = ft_gather16(r, p + 96), a1 = ft_gather16(r, p + 100), a2 = ft_gather16(r, p + 104);
     const __m512i m0f = _mm512_set1_epi32(0x0f0f0f0f), m03 = _mm512_set1_epi32(0x03030303);
     __m512i w4[4];
     w4[0] = _mm512_or_si512(_mm512_and_si512(a0, m0f), _mm512_slli_epi32(_mm512_and_si512(a2, m03), 4));
@@ -366,7 +328,7 @@ static void vscales_q3_K(struct rows16 r, const uint8_t *p, uint8_t *o, size_t s
 
 #define PACK_W_GATHER(T, G, MINS, BLCK, SCALES)                                                            \
     static void pack_w_##T(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {               \
-        if (!rows_fit(w_row))                                                                              \
+        if (!ft_rows16_fit(w_row))                                                                              \
             portable_##T(w, w_row, n_rows, k, tile);                                                       \
         else                                                                                               \
             pack_w_gather(w, w_row, n_rows, k, tile, G, MINS, BLCK, sizeof(ft_block_##T), vgroup_##T, SCALES); \

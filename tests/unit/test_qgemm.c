@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static uint64_t g_rng;
 
@@ -128,8 +129,9 @@ static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, i
  * repacked: through the repacked tiles, which must also give exactly the
  * floats of the unpacked ones: the same integer sums, scaled in the same
  * order). */
-/* The amx level's Q4_K/Q5_K kernel with the scales in the integers
- * (simd/x86/amx_qgemm_k4.c; x86 builds only). */
+/* The amx level's Q4_K/Q5_K kernels with the scales in the integers, on
+ * tiles (simd/x86/amx_qgemm_k4.c) and on VNNI (amx_qgemm_k4_vnni.c); x86
+ * builds only. */
 static const struct ft_qgemm *amx_k4(enum ft_type t) {
 #if defined(__x86_64__)
     return ft_amx_qgemm_k4(t);
@@ -137,6 +139,29 @@ static const struct ft_qgemm *amx_k4(enum ft_type t) {
     (void)t;
     return NULL;
 #endif
+}
+static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) {
+#if defined(__x86_64__)
+    return ft_amx_qgemm_k4_vnni(t);
+#else
+    (void)t;
+    return NULL;
+#endif
+}
+/* The amx level holds them (unless FT_KQUANT_INT_SCALES=0), with its
+ * one-row dot in their order. */
+static bool amx_k4_in_level(void) {
+#if defined(__x86_64__)
+    return ft_amx_k4_enabled();
+#else
+    return false;
+#endif
+}
+/* g is one of them (or the level's copy of the VNNI entry, whose large
+ * entry is the tile one). */
+static bool is_amx_k4(enum ft_isa isa, const struct ft_qgemm *g) {
+    const struct ft_qgemm *k4 = amx_k4(g->type);
+    return isa == FT_ISA_AMX && k4 && (g == k4 || g == amx_k4_vnni(g->type) || g->large == k4);
 }
 
 static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes,
@@ -245,10 +270,10 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
      * and each applies the scales in the same order as the level it builds
      * on: the floats must be identical */
     const enum ft_isa same_as = isa == FT_ISA_NEON_I8MM ? FT_ISA_NEON_DOTPROD : isa == FT_ISA_AMX ? FT_ISA_AVX512 : isa;
-    /* except the amx Q4_K/Q5_K large entry, whose integer sums take the
-     * sub-block scales (amx_qgemm_k4.c): its floats are another order, held
-     * to the reference below */
-    const bool own_order = isa == FT_ISA_AMX && g == amx_k4(t);
+    /* except the amx Q4_K/Q5_K entries, whose integer sums take the
+     * sub-block scales (amx_qgemm_k4.c): their floats are another order,
+     * held to the reference below */
+    const bool own_order = is_amx_k4(isa, g);
     if (same_as != isa && ft_isa_supported(same_as) && !own_order) {
         float *out_dot = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
         memcpy(out_dot, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
@@ -257,6 +282,25 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
                "%s gemm %s k=%lld rows=%d tokens=%d: not the floats of %s", ft_isa_name(isa), ref->name,
                (long long)k, rows, n_tok, ft_isa_name(same_as));
         free(out_dot);
+    }
+
+    /* The amx Q4_K/Q5_K kernel in its level: every batch size must give a
+     * (row, token) the same floats, so the level's one-row dot (batches
+     * below its min_tokens, decode, a prompt's tail after a prefix-cache
+     * hit) must add in the kernel's order, bit for bit. */
+    if (own_order && amx_k4_in_level()) {
+        const struct ft_type_info *lvl = ft_type_traits_isa(t, isa);
+        int differ = 0;
+        for (int i = 0; i < n_tok; i++)
+            for (int r = 0; r < rows; r++) {
+                float d1 = 0.0f, dg = 0.0f;
+                lvl->vec_dot(k, &d1, w + (size_t)r * w_row, a + (size_t)i * a_row);
+                lvl->vec_dot_gemv(k, &dg, w + (size_t)r * w_row, a + (size_t)i * a_row);
+                const float gm = out[i * ld + r];
+                differ += memcmp(&d1, &gm, sizeof(float)) != 0 || memcmp(&dg, &gm, sizeof(float)) != 0;
+            }
+        CHECKF(differ == 0, "%s %s k=%lld rows=%d tokens=%d: %d outputs of the one-row dot differ from the GEMM's",
+               ft_isa_name(isa), ref->name, (long long)k, rows, n_tok, differ);
     }
 
     float *xd = xmalloc((size_t)k * sizeof(float)), *yd = xmalloc((size_t)k * sizeof(float));
@@ -304,6 +348,43 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
     free(w);
 }
 
+/* Weight rows more than 2 GiB / 16 apart, where the gathering packers'
+ * int32 row offsets would overflow: pack_w must give the tile it gives for
+ * the same rows side by side. A whole tile of rows (what packers put in
+ * the missing rows' places differs and is never read), 129 MiB apart in a
+ * mapping that is reserved, not backed (only the rows' first bytes are
+ * touched). */
+static void check_far_rows(enum ft_isa isa, const struct ft_qgemm *g) {
+    const enum ft_type t = g->type;
+    const int64_t k = 2 * ft_type_info(t)->blck_size;
+    const size_t row = ft_row_size(t, k), far = (size_t)129 << 20;
+    const int n = g->tile_rows;
+    uint8_t *big = mmap(NULL, far * (size_t)n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                        -1, 0);
+    if (big == MAP_FAILED) {
+        printf("%s %s: no room to map rows 129 MiB apart, far-rows check skipped\n", ft_isa_name(isa),
+               ft_type_name(t));
+        return;
+    }
+    uint8_t *near = xmalloc((size_t)n * row);
+    for (int r = 0; r < n; r++) {
+        random_weight_bytes(t, near + (size_t)r * row, k);
+        memcpy(big + (size_t)r * far, near + (size_t)r * row, row);
+    }
+    uint8_t *a = xmalloc(g->w_tile_size(k)), *b = xmalloc(g->w_tile_size(k));
+    g->pack_w(near, row, n, k, a);
+    g->pack_w(big, far, n, k, b);
+    size_t at = 0;
+    while (at < g->w_tile_size(k) && a[at] == b[at])
+        at++;
+    CHECKF(at == g->w_tile_size(k), "%s %s pack_w: rows 129 MiB apart give another tile (byte %zu of %zu: %02x, not %02x)",
+           ft_isa_name(isa), ft_type_name(t), at, g->w_tile_size(k), b[at], a[at]);
+    free(a);
+    free(b);
+    free(near);
+    munmap(big, far * (size_t)n);
+}
+
 static void check_level(enum ft_isa isa) {
     int n_gemm = 0, n_rw = 0;
     for (size_t ti = 0; ti < FT_ARRAY_LEN(k_types); ti++) {
@@ -318,6 +399,8 @@ static void check_level(enum ft_isa isa) {
             continue;
         n_gemm++;
         CHECK_EQ_INT(g->type, t);
+        for (const struct ft_qgemm *e = g; e; e = e->large)
+            check_far_rows(isa, e);
         CHECK(g->tile_rows > 0 && g->tile_tokens > 0 && g->min_tokens >= 1);
         const int64_t blck = ft_type_info(t)->blck_size;
         const int64_t ks[] = {blck, 3 * blck, 2048, 2304};
@@ -338,12 +421,18 @@ static void check_level(enum ft_isa isa) {
             if (g->large)
                 for (int nt = 1; nt <= g->large->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
                     check_gemm(isa, g->large, k, rows, nt, nt % 2, false);
-            /* the amx Q4_K/Q5_K kernel with the scales in the integers, also
-             * when FT_KQUANT_INT_SCALES leaves it out of the table */
-            const struct ft_qgemm *k4 = isa == FT_ISA_AMX ? amx_k4(t) : NULL;
-            if (k4 && g->large != k4)
-                for (int nt = 1; nt <= k4->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
-                    check_gemm(isa, k4, k, rows, nt, nt % 2, false);
+            /* the amx Q4_K/Q5_K kernels with the scales in the integers, also
+             * when FT_KQUANT_INT_SCALES=0 leaves them out of the table */
+            const struct ft_qgemm *k4s[2] = {isa == FT_ISA_AMX ? amx_k4(t) : NULL,
+                                             isa == FT_ISA_AMX ? amx_k4_vnni(t) : NULL};
+            for (int e = 0; e < 2; e++)
+                if (k4s[e] && !is_amx_k4(isa, g))
+                    for (int nt = 1; nt <= k4s[e]->tile_tokens + 3; nt += nt < 4 ? 1 : 3)
+                        check_gemm(isa, k4s[e], k, rows, nt, nt % 2, false);
+            /* the VNNI entry in the table: every token count of its tile */
+            if (is_amx_k4(isa, g))
+                for (int nt = 1; nt <= g->tile_tokens; nt++)
+                    check_gemm(isa, g, k, rows, nt, nt % 2, false);
         }
         if (g->large) {
             const struct ft_qgemm *L = g->large;
