@@ -266,6 +266,22 @@ static void *grow(void *p, size_t n, size_t elem, bool *fail) {
     return q;
 }
 
+/* Bytes of A packed for the float GEMM of n rows of up to k elements, the
+ * most any level this CPU runs asks for any float weight type (the level
+ * may change between forward passes: ft_cpu_force_isa). */
+static size_t float_gemm_pack_need(size_t n, size_t k) {
+    static const enum ft_type types[] = {FT_TYPE_F32, FT_TYPE_F16, FT_TYPE_BF16};
+    size_t need = 0;
+    for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
+        const struct ft_float_kernels *fk = ft_isa_supported((enum ft_isa)isa) ? ft_float_kernels_isa((enum ft_isa)isa) : NULL;
+        if (!fk || fk->gemm_mr == 0 || !fk->gemm_packed_size)
+            continue;
+        for (size_t t = 0; t < FT_ARRAY_LEN(types); t++)
+            need = FT_MAX(need, fk->gemm_packed_size(types[t], (int64_t)n, (int64_t)k));
+    }
+    return need;
+}
+
 /* Size every buffer for n tokens (n <= FT_UBATCH, so no overflow). */
 static int scratch_reserve(struct ft_model *m, int32_t n) {
     struct ft_scratch *s = &m->s;
@@ -290,8 +306,10 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
     s->att = grow(s->att, N * wa, sizeof(float), &fail);
     s->gate = grow(s->gate, N * (size_t)hp->n_ff, sizeof(float), &fail);
     s->up = grow(s->up, N * (size_t)hp->n_ff, sizeof(float), &fail);
-    /* + 16 rows: the float GEMM packs A in panels of up to 16 rows. */
-    s->act = grow(s->act, (N + 16) * max_in, sizeof(float), &fail);
+    /* + 16 rows: the float GEMM packs A in panels of up to 16 rows, and
+     * some levels' packed A is larger than its floats (amx's split F16) */
+    const size_t act_bytes = FT_MAX((N + 16) * max_in * sizeof(float), float_gemm_pack_need(N, max_in));
+    s->act = grow(s->act, (act_bytes + sizeof(float) - 1) / sizeof(float), sizeof(float), &fail);
     size_t qg_act = 0, qg_panel = 0;
     ft_matmul_scratch_need(m, n, &qg_act, &qg_panel);
     if (qg_act > 0) {
@@ -343,7 +361,7 @@ static int scratch_reserve(struct ft_model *m, int32_t n) {
         FT_LOG_E("out of memory for the scratch of a %d-token batch", (int)n);
         return FT_ENOMEM;
     }
-    s->act_size = (N + 16) * max_in * sizeof(float);
+    s->act_size = act_bytes;
     s->cap = n;
     return FT_OK;
 }

@@ -9,20 +9,33 @@
  * contract of BF16 weights (activations rounded to bf16, products and sums
  * in f32; only the order of the additions differs from the reference, and,
  * as the vdpbf16ps dot of avx512_quant.c, subnormal bf16 count as zero).
- * F16 weights have 3 more mantissa bits than bf16 and their activations are
- * rounded to fp16, so for them this path changes the numbers: weights and
- * activations both rounded to bf16 (each within 2^-8 of itself), so each
- * product is off by up to 2^-7 relative (tests/unit/test_float_kernels.c
- * holds every output to 2^-7 of sum|a*w|; its worst is about 5e-3).
- * It is never taken for F16 unless asked (`--f16-bf16`).
+ *
+ * F16 weights keep F16's contract here too (activations rounded to fp16,
+ * every product exact, sums in f32) by splitting: an fp16 value x (11
+ * significant bits) is exactly hi + lo in bf16, hi its top 8 bits and lo
+ * the 3 below (lo = x - hi, exact). Weights go into the B tiles as pairs
+ * (w_hi, w_lo) and activations into two A tiles as pairs (a_hi, a_hi) and
+ * (a_lo, a_lo), so one tdpbf16ps adds a_hi w_hi + a_hi w_lo and the other
+ * a_lo w_hi + a_lo w_lo: the four partial products of a w, each exact in
+ * f32 (at most 16 significant bits, never subnormal: fp16's smallest
+ * magnitude is 2^-24), summed in f32 in another order, as the FMA path's
+ * products are. Four tile products per 32 elements instead of one, still
+ * several times the FMA units' rate. Only when asked (`--f16-bf16`) are F16
+ * weights and activations rounded to bf16 instead (each within 2^-8 of
+ * itself, so each product off by up to 2^-7 relative;
+ * tests/unit/test_float_kernels.c holds every output to 2^-7 of sum|a*w|,
+ * its worst is about 5e-3), one tile product per 32 elements.
  *
  * Layout (MR = 12 rows of A per panel, as avx512's, since the level shares
  * one gemm_mr; NR = 32 weight rows per group):
  *   - A is packed per panel and per step of 32 elements into an A tile of
- *     12 rows x 32 bf16 (768 bytes, rows past m zero);
+ *     12 rows x 32 bf16 (768 bytes, rows past m zero); split F16: four,
+ *     the hi pairs of elements 0-15 and 16-31, then the lo pairs;
  *   - W is packed per 32-row group and KC-deep slice into B tiles: per step
  *     of 32 elements, 16 rows of pairs (k, k+1) of the group's first and of
- *     its second 16 weight rows (4-byte groups, a 16x16 transpose);
+ *     its second 16 weight rows (4-byte groups, a 16x16 transpose); split
+ *     F16: per half-step of 16 elements, 16 rows of pairs (hi, lo) of
+ *     element k, the first 16 weight rows then the second;
  *   - four C tiles (2 panels x 2 halves of the group, 12 x 16 f32) stay in
  *     the tile unit over a slice and go through a buffer between slices and
  *     at the end, whose rows are 32 outputs of one row of A.
@@ -52,8 +65,14 @@ static struct ft_float_kernels g_base; /* the avx512 level's GEMM */
 static bool applies(enum ft_type wt, int64_t m) {
     if (m < MIN_M || !ft_cpu_info()->amx_bf16)
         return false;
-    return wt == FT_TYPE_BF16 || (wt == FT_TYPE_F16 && ft_float_f16_via_bf16());
+    return wt == FT_TYPE_BF16 || wt == FT_TYPE_F16;
 }
+
+/* F16 weights, exactly: each fp16 operand as hi + lo in bf16. */
+static bool split_of(enum ft_type wt) { return wt == FT_TYPE_F16 && !ft_float_f16_via_bf16(); }
+
+/* A tiles per step of 32 elements. */
+static size_t a_tiles_of(enum ft_type wt) { return split_of(wt) ? 4 : 1; }
 
 /* Tiles 0-3: C (panel 0 rows 0-15, panel 0 rows 16-31, panel 1 ..., 12 x
  * 16 f32); 4, 5: A of panels 0 and 1 (12 x 32 bf16); 6, 7: B of the
@@ -80,7 +99,26 @@ static size_t steps_of(int64_t k) { return (size_t)((k + 31) / 32); }
 static size_t packed_size(enum ft_type wt, int64_t m, int64_t k) {
     if (!applies(wt, m))
         return g_base.gemm_packed_size(wt, m, k);
-    return (size_t)((m + MR - 1) / MR) * steps_of(k) * MR * 64;
+    return (size_t)((m + MR - 1) / MR) * steps_of(k) * a_tiles_of(wt) * MR * 64;
+}
+
+/* 16 f32 that are fp16 values as their bf16 hi (top 8 significant bits)
+ * and lo (x - hi, exact: at most 3 significant bits), each in the low 16
+ * bits of a lane. */
+static inline void split16(__m512 x, __m512i *hi, __m512i *lo) {
+    const __m512 h = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0xffff0000u)));
+    *hi = _mm512_srli_epi32(_mm512_castps_si512(h), 16);
+    *lo = _mm512_srli_epi32(_mm512_castps_si512(_mm512_sub_ps(x, h)), 16);
+}
+
+/* A rows for split F16: 16 activations rounded to fp16 as F16 weights'
+ * activations are (nearest even), then the pairs (hi, hi) and (lo, lo). */
+static inline void split_a16(__m512 v, uint8_t *hi_out, uint8_t *lo_out) {
+    const __m512 x = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m512i hi, lo;
+    split16(x, &hi, &lo);
+    _mm512_storeu_si512(hi_out, _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16)));
+    _mm512_storeu_si512(lo_out, _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16)));
 }
 
 /* f32 -> bf16 with ft_float_to_bfloat's rounding (nearest even, NaN kept). */
@@ -100,19 +138,26 @@ static void pack_a(enum ft_type wt, const float *a, int64_t lda, int64_t m, int6
         g_base.gemm_pack(wt, a, lda, m, k, p0, p1, packed);
         return;
     }
-    const size_t steps = steps_of(k);
+    const size_t steps = steps_of(k), at = a_tiles_of(wt);
     for (int64_t p = p0; p < p1; p++) {
-        uint8_t *out = (uint8_t *)packed + (size_t)p * steps * MR * 64;
+        uint8_t *out = (uint8_t *)packed + (size_t)p * steps * at * MR * 64;
         for (int i = 0; i < MR; i++) {
             const int64_t row = p * MR + i;
             for (size_t s = 0; s < steps; s++) {
-                uint8_t *o = out + (s * MR + (size_t)i) * 64;
+                uint8_t *o = out + (s * at * MR + (size_t)i) * 64;
                 if (row >= m) {
-                    memset(o, 0, 64);
+                    for (size_t t = 0; t < at; t++)
+                        memset(o + t * MR * 64, 0, 64);
                     continue;
                 }
                 const int64_t k0 = (int64_t)s * 32;
                 const float *src = a + row * lda + k0;
+                if (at == 4) { /* tiles: hi 0-15, hi 16-31, lo 0-15, lo 16-31 */
+                    for (int j = 0; j < 2; j++)
+                        split_a16(_mm512_maskz_loadu_ps(ftv_mask(k - k0 - 16 * j), src + 16 * j),
+                                  o + (size_t)j * MR * 64, o + (size_t)(2 + j) * MR * 64);
+                    continue;
+                }
                 _mm256_storeu_si256((__m256i *)o, to_bf16(_mm512_maskz_loadu_ps(ftv_mask(k - k0), src)));
                 _mm256_storeu_si256((__m256i *)(o + 32),
                                     to_bf16(_mm512_maskz_loadu_ps(ftv_mask(k - k0 - 16), src + 16)));
@@ -156,6 +201,35 @@ static void pack_w(enum ft_type wt, const char *w, size_t w_row, int64_t nv, int
     }
 }
 
+/* pack_w for split F16: per step, per half-step j, per half h of the
+ * group, a B tile of 16 element rows x 16 weight rows of (hi, lo) pairs. */
+static void pack_w_split(const char *w, size_t w_row, int64_t nv, int64_t k0, int64_t kc, uint8_t *restrict out) {
+    const int64_t steps = (kc + 31) / 32;
+    for (int64_t s = 0; s < steps; s++)
+        for (int j = 0; j < 2; j++) {
+            const int64_t e0 = 32 * s + 16 * j, valid = kc - e0;
+            const __mmask16 m = ftv_mask(valid);
+            for (int h = 0; h < 2; h++) {
+                __m512 r[16];
+                for (int q = 0; q < 16; q++) {
+                    const int64_t row = h * 16 + q;
+                    if (row >= nv || valid <= 0) {
+                        r[q] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    const __m256i raw = _mm256_maskz_loadu_epi16(m, w + (size_t)row * w_row + (size_t)(k0 + e0) * 2);
+                    __m512i hi, lo;
+                    split16(_mm512_cvtph_ps(raw), &hi, &lo);
+                    r[q] = _mm512_castsi512_ps(_mm512_or_si512(hi, _mm512_slli_epi32(lo, 16)));
+                }
+                ftv_transpose(r); /* r[e] = element e of the 16 rows */
+                uint8_t *o = out + (((size_t)s * 2 + (size_t)j) * 2 + (size_t)h) * 1024;
+                for (int e = 0; e < 16; e++)
+                    _mm512_store_ps((float *)(o + e * 64), r[e]);
+            }
+        }
+}
+
 /* ---- the GEMM --------------------------------------------------------------------- */
 
 /* Panels pa and pb (pb may be pa when the chunk's count is odd: its
@@ -191,6 +265,43 @@ static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, i
     _tile_stored(3, c1 + 16, NR * 4);
 }
 
+/* tiles_pair for split F16: per half-step, the hi and then the lo A
+ * tiles of both panels against the half-step's two B tiles. A tiles per
+ * step: hi 0-15, hi 16-31, lo 0-15, lo 16-31 (MR x 64 bytes each). */
+static void tiles_pair_split(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, int64_t steps, float *c0,
+                             float *c1, bool first) {
+    if (first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, c0, NR * 4);
+        _tile_loadd(1, c0 + 16, NR * 4);
+        _tile_loadd(2, c1, NR * 4);
+        _tile_loadd(3, c1 + 16, NR * 4);
+    }
+    for (int64_t s = 0; s < steps; s++)
+        for (int j = 0; j < 2; j++) {
+            const uint8_t *bj = b + ((size_t)s * 2 + (size_t)j) * 2048;
+            _tile_loadd(6, bj, 64);
+            _tile_loadd(7, bj + 1024, 64);
+            for (int part = 0; part < 2; part++) {
+                const size_t off = ((size_t)s * 4 + (size_t)(2 * part + j)) * MR * 64;
+                _tile_loadd(4, a0 + off, 64);
+                _tile_loadd(5, a1 + off, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    _tile_stored(0, c0, NR * 4);
+    _tile_stored(1, c0 + 16, NR * 4);
+    _tile_stored(2, c1, NR * 4);
+    _tile_stored(3, c1 + 16, NR * 4);
+}
+
 static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,
                  const void *packed, int64_t m, float *c, int64_t ldc) {
     if (!applies(wt, m)) {
@@ -201,21 +312,27 @@ static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_
     _Alignas(64) uint8_t bbuf[KC / 32 * 2048];
     _Alignas(64) float ctile[(CHUNK_PANELS + 1) * MR * NR];
     const int64_t panels = (m + MR - 1) / MR;
-    const size_t steps = steps_of(k);
+    const size_t steps = steps_of(k), at = a_tiles_of(wt);
+    const bool split = at == 4;
+    const int64_t kcs = split ? KC / 2 : KC; /* split B tiles take twice the bytes */
     const uint8_t *ap = packed;
     for (int64_t pc = 0; pc < panels; pc += CHUNK_PANELS) {
         const int64_t pn = FT_MIN(CHUNK_PANELS, panels - pc);
         for (int64_t n = n0; n < n1; n += NR) {
             const int64_t nv = FT_MIN(NR, n1 - n);
             const char *wp = (const char *)w + (size_t)n * w_row;
-            for (int64_t k0 = 0; k0 < k; k0 += KC) {
-                const int64_t kc = FT_MIN(KC, k - k0);
-                pack_w(wt, wp, w_row, nv, k0, kc, bbuf);
+            for (int64_t k0 = 0; k0 < k; k0 += kcs) {
+                const int64_t kc = FT_MIN(kcs, k - k0);
+                if (split)
+                    pack_w_split(wp, w_row, nv, k0, kc, bbuf);
+                else
+                    pack_w(wt, wp, w_row, nv, k0, kc, bbuf);
                 for (int64_t p = 0; p < pn; p += 2) {
                     const int64_t q = p + 1 < pn ? p + 1 : pn; /* pn: the spare panel of ctile */
-                    const uint8_t *a0 = ap + ((size_t)(pc + p) * steps + (size_t)(k0 / 32)) * MR * 64;
-                    const uint8_t *a1 = q < pn ? a0 + steps * MR * 64 : a0;
-                    tiles_pair(a0, a1, bbuf, (kc + 31) / 32, ctile + p * MR * NR, ctile + q * MR * NR, k0 == 0);
+                    const uint8_t *a0 = ap + ((size_t)(pc + p) * steps + (size_t)(k0 / 32)) * at * MR * 64;
+                    const uint8_t *a1 = q < pn ? a0 + steps * at * MR * 64 : a0;
+                    (split ? tiles_pair_split : tiles_pair)(a0, a1, bbuf, (kc + 31) / 32, ctile + p * MR * NR,
+                                                            ctile + q * MR * NR, k0 == 0);
                 }
             }
             const __mmask16 m0 = ftv_mask(nv), m1 = ftv_mask(nv - 16);

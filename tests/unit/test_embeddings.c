@@ -132,8 +132,11 @@ static void test_embd_only_rows_skip_the_head(const int32_t *a, int32_t na, cons
         dr = fmax(dr, fabs(rows[i] - alone[i]));
     for (size_t v = 0; v < V; v++)
         dl = fmax(dl, fabs(logits[v] - logits_alone[v]));
-    /* the default kernels' GEMMs go by the whole batch's rows: rounding only */
-    CHECKF(dr < 1e-3, "hidden rows shared vs alone: %g", dr);
+    /* the default kernels' GEMMs go by the whole batch's rows: rounding only
+     * (on the amx level float weights take the tile unit from 16 rows and
+     * avx512's FMAs below, another order of the additions: 2e-3 of hidden
+     * values up to 3.9 on llama-F16, against exactly 0 on avx2 and avx512) */
+    CHECKF(dr < 1e-2, "hidden rows shared vs alone: %g", dr);
     CHECKF(dl < 2e-2, "logits shared vs alone: %g", dl);
     free(logits);
     free(rows);
