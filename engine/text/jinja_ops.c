@@ -409,7 +409,9 @@ static int repeat(struct ftj_render *R, size_t off, struct ftj_val seq, int64_t 
             return ftj_chk(R, off, FT_ERANGE, "string repetition");
         char *p;
         ALLOC(p, n + 1, off);
-        for (int64_t i = 0; i < times; i++)
+        /* an empty string times 3 ** 22 is empty at once, not after 3 ** 22
+         * empty copies (the long fuzzing run found that one) */
+        for (int64_t i = 0; seq.u.s.n > 0 && i < times; i++)
             memcpy(p + (size_t)i * seq.u.s.n, seq.u.s.p, seq.u.s.n);
         p[n] = '\0';
         *out = ftj_strv(p, n);
