@@ -232,12 +232,9 @@ static void pack_w_split(const char *w, size_t w_row, int64_t nv, int64_t k0, in
 
 /* ---- the GEMM --------------------------------------------------------------------- */
 
-/* Panels pa and pb (pb may be pa when the chunk's count is odd: its
- * results are discarded) against one weight group over `steps` steps:
- * the C tiles of ct (12 x 32 floats per panel) are loaded (or zeroed on
- * the first slice), accumulated and stored back. */
-static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, int64_t steps, float *c0, float *c1,
-                       bool first) {
+/* The four C tiles of two panels from their buffers (zero on the first
+ * slice), and back. */
+static inline void c_tiles_load(float *c0, float *c1, bool first) {
     if (first) {
         _tile_zero(0);
         _tile_zero(1);
@@ -249,6 +246,22 @@ static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, i
         _tile_loadd(2, c1, NR * 4);
         _tile_loadd(3, c1 + 16, NR * 4);
     }
+}
+
+static inline void c_tiles_store(float *c0, float *c1) {
+    _tile_stored(0, c0, NR * 4);
+    _tile_stored(1, c0 + 16, NR * 4);
+    _tile_stored(2, c1, NR * 4);
+    _tile_stored(3, c1 + 16, NR * 4);
+}
+
+/* Panels pa and pb (pb may be pa when the chunk's count is odd: its
+ * results are discarded) against one weight group over `steps` steps:
+ * the C tiles of ct (12 x 32 floats per panel) are loaded (or zeroed on
+ * the first slice), accumulated and stored back. */
+static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, int64_t steps, float *c0, float *c1,
+                       bool first) {
+    c_tiles_load(c0, c1, first);
     for (int64_t s = 0; s < steps; s++) {
         _tile_loadd(4, a0 + s * MR * 64, 64);
         _tile_loadd(5, a1 + s * MR * 64, 64);
@@ -259,10 +272,7 @@ static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, i
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, c0, NR * 4);
-    _tile_stored(1, c0 + 16, NR * 4);
-    _tile_stored(2, c1, NR * 4);
-    _tile_stored(3, c1 + 16, NR * 4);
+    c_tiles_store(c0, c1);
 }
 
 /* tiles_pair for split F16: per half-step, the hi and then the lo A
@@ -270,17 +280,7 @@ static void tiles_pair(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, i
  * step: hi 0-15, hi 16-31, lo 0-15, lo 16-31 (MR x 64 bytes each). */
 static void tiles_pair_split(const uint8_t *a0, const uint8_t *a1, const uint8_t *b, int64_t steps, float *c0,
                              float *c1, bool first) {
-    if (first) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    } else {
-        _tile_loadd(0, c0, NR * 4);
-        _tile_loadd(1, c0 + 16, NR * 4);
-        _tile_loadd(2, c1, NR * 4);
-        _tile_loadd(3, c1 + 16, NR * 4);
-    }
+    c_tiles_load(c0, c1, first);
     for (int64_t s = 0; s < steps; s++)
         for (int j = 0; j < 2; j++) {
             const uint8_t *bj = b + ((size_t)s * 2 + (size_t)j) * 2048;
@@ -296,10 +296,7 @@ static void tiles_pair_split(const uint8_t *a0, const uint8_t *a1, const uint8_t
                 _tile_dpbf16ps(3, 5, 7);
             }
         }
-    _tile_stored(0, c0, NR * 4);
-    _tile_stored(1, c0 + 16, NR * 4);
-    _tile_stored(2, c1, NR * 4);
-    _tile_stored(3, c1 + 16, NR * 4);
+    c_tiles_store(c0, c1);
 }
 
 static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,

@@ -106,49 +106,26 @@ static void pack_rows_scalar(const void *w, size_t w_row, int n_rows, int64_t k,
     }
 }
 
-static void pack_w_Q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+static void pack_w_k4(const void *w, size_t w_row, int n_rows, int64_t k, void *tile, bool q5) {
     if (!ft_rows16_fit(w_row)) {
-        pack_rows_scalar(w, w_row, n_rows, k, tile, false);
+        pack_rows_scalar(w, w_row, n_rows, k, tile, q5);
         return;
     }
     const struct ft_rows16 r = ft_rows16(w_row, n_rows);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < k / FT_QK_K; b++) {
-        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_K);
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)(q5 ? sizeof(ft_block_q5_K) : sizeof(ft_block_q4_K));
         uint8_t *o = (uint8_t *)tile + (size_t)b * W_SB;
         scales16(r, p, o);
-        for (int c = 0; c < 4; c++) /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high */
-            for (int g = 0; g < 8; g++) {
-                const __m512i v = ft_gather16(r, p + 16 + 32 * c + 4 * g);
-                store(o + W_SUB0 + (2 * c) * W_SUB + 64 * g, _mm512_and_si512(v, m4));
-                store(o + W_SUB0 + (2 * c + 1) * W_SUB + 64 * g, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
-            }
+        ft_k4_quants16(r, q5 ? p + 48 : p + 16, q5 ? p + 16 : NULL, o + W_SUB0, W_SUB);
     }
 }
 
+static void pack_w_Q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    pack_w_k4(w, w_row, n_rows, k, tile, false);
+}
+
 static void pack_w_Q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    if (!ft_rows16_fit(w_row)) {
-        pack_rows_scalar(w, w_row, n_rows, k, tile, true);
-        return;
-    }
-    const struct ft_rows16 r = ft_rows16(w_row, n_rows);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
-    for (int64_t b = 0; b < k / FT_QK_K; b++) {
-        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q5_K);
-        uint8_t *o = (uint8_t *)tile + (size_t)b * W_SB;
-        scales16(r, p, o);
-        for (int g = 0; g < 8; g++) {
-            const __m512i h = ft_gather16(r, p + 16 + 4 * g); /* qh bytes 4g..4g+3: bit s -> sub-block s */
-            for (int c = 0; c < 4; c++) {
-                const __m512i v = ft_gather16(r, p + 48 + 32 * c + 4 * g);
-                const __m512i hl = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c), one), 4);
-                const __m512i hh = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c + 1), one), 4);
-                store(o + W_SUB0 + (2 * c) * W_SUB + 64 * g, _mm512_or_si512(_mm512_and_si512(v, m4), hl));
-                store(o + W_SUB0 + (2 * c + 1) * W_SUB + 64 * g,
-                      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), hh));
-            }
-        }
-    }
+    pack_w_k4(w, w_row, n_rows, k, tile, true);
 }
 
 /* n_tok Q8_K rows into an activation tile; the missing tokens are zero. */

@@ -165,18 +165,12 @@ static void pack_w_q4_K(const void *w, size_t w_row, int n_rows, int64_t k, void
         return;
     }
     const struct ft_rows16 r = ft_rows16(w_row, n_rows);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / FT_QK_K; b++, o += 8 * sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_K);
         k4_scales16(r, p, o, sb);
-        for (int c = 0; c < 4; c++)
-            for (int g = 0; g < 8; g++) {
-                const __m512i v = ft_gather16(r, p + 16 + 32 * c + 4 * g);
-                store(o + (2 * c) * sb + 64 * g, _mm512_and_si512(v, m4));
-                store(o + (2 * c + 1) * sb + 64 * g, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4));
-            }
+        ft_k4_quants16(r, p + 16, NULL, o, sb);
     }
 }
 
@@ -186,23 +180,12 @@ static void pack_w_q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void
         return;
     }
     const struct ft_rows16 r = ft_rows16(w_row, n_rows);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
     const size_t sb = ft_qg_sb_bytes(TR, 32, 1);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / FT_QK_K; b++, o += 8 * sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q5_K);
         k4_scales16(r, p, o, sb);
-        for (int g = 0; g < 8; g++) {
-            const __m512i h = ft_gather16(r, p + 16 + 4 * g); /* qh bytes 4g..4g+3: bit j -> sub-block j */
-            for (int c = 0; c < 4; c++) {
-                const __m512i v = ft_gather16(r, p + 48 + 32 * c + 4 * g);
-                const __m512i hl = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c), one), 4);
-                const __m512i hh = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c + 1), one), 4);
-                store(o + (2 * c) * sb + 64 * g, _mm512_or_si512(_mm512_and_si512(v, m4), hl));
-                store(o + (2 * c + 1) * sb + 64 * g,
-                      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), hh));
-            }
-        }
+        ft_k4_quants16(r, p + 48, p + 16, o, sb);
     }
 }
 

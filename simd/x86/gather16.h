@@ -60,4 +60,24 @@ static inline __m512i ft_byte16(__m512i w, int j) {
     return _mm512_and_si512(_mm512_srli_epi32(w, 8 * j), _mm512_set1_epi32(0xff));
 }
 
+/* The 256 quants of a Q4_K (qh NULL) or Q5_K super-block of 16 rows at qs
+ * (qh: the Q5_K high bits), as bytes: group g (4 elements) of sub-block s
+ * at out + s * stride + 64 g, 4 bytes per row. */
+static inline void ft_k4_quants16(struct ft_rows16 r, const uint8_t *qs, const uint8_t *qh, uint8_t *out,
+                                  size_t stride) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    for (int g = 0; g < 8; g++) {
+        /* qh bytes 4g..4g+3: bit s -> sub-block s */
+        const __m512i h = qh ? ft_gather16(r, qh + 4 * g) : _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) { /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high */
+            const __m512i v = ft_gather16(r, qs + 32 * c + 4 * g);
+            const __m512i hl = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c), one), 4);
+            const __m512i hh = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 2 * c + 1), one), 4);
+            _mm512_storeu_si512(out + (size_t)(2 * c) * stride + 64 * g, _mm512_or_si512(_mm512_and_si512(v, m4), hl));
+            _mm512_storeu_si512(out + (size_t)(2 * c + 1) * stride + 64 * g,
+                                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v, 4), m4), hh));
+        }
+    }
+}
+
 #endif
