@@ -273,7 +273,8 @@ static size_t float_gemm_pack_need(size_t n, size_t k) {
     static const enum ft_type types[] = {FT_TYPE_F32, FT_TYPE_F16, FT_TYPE_BF16};
     size_t need = 0;
     for (int isa = 0; isa < FT_ISA_COUNT; isa++) {
-        const struct ft_float_kernels *fk = ft_isa_supported((enum ft_isa)isa) ? ft_float_kernels_isa((enum ft_isa)isa) : NULL;
+        const struct ft_float_kernels *fk =
+            ft_isa_supported((enum ft_isa)isa) ? ft_float_kernels_isa((enum ft_isa)isa) : NULL;
         if (!fk || fk->gemm_mr == 0 || !fk->gemm_packed_size)
             continue;
         for (size_t t = 0; t < FT_ARRAY_LEN(types); t++)

@@ -30,7 +30,6 @@
 #include "simd/x86/qgemm_scale512.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define TR 16 /* weight rows per tile: the 16 int32 columns of C */

@@ -14,6 +14,7 @@
 
 #include "ft/clock.h"
 #include "ft/common.h"
+#include "ft/cpu.h"
 #include "ft/gguf.h"
 #include "ft/scheduler.h"
 #include "ft/types.h"
@@ -135,8 +136,10 @@ static void test_embd_only_rows_skip_the_head(const int32_t *a, int32_t na, cons
     /* the default kernels' GEMMs go by the whole batch's rows: rounding only
      * (on the amx level float weights take the tile unit from 16 rows and
      * avx512's FMAs below, another order of the additions: 2e-3 of hidden
-     * values up to 3.9 on llama-F16, against exactly 0 on avx2 and avx512) */
-    CHECKF(dr < 1e-2, "hidden rows shared vs alone: %g", dr);
+     * values up to 3.9 on llama-F16, against exactly 0 on avx2 and avx512,
+     * which keep the 1e-3 bound) */
+    const double dr_max = ft_cpu_isa() == FT_ISA_AMX ? 1e-2 : 1e-3;
+    CHECKF(dr < dr_max, "hidden rows shared vs alone: %g (bound %g on %s)", dr, dr_max, ft_isa_name(ft_cpu_isa()));
     CHECKF(dl < 2e-2, "logits shared vs alone: %g", dl);
     free(logits);
     free(rows);

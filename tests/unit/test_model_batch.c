@@ -23,10 +23,9 @@
  * differences of a few tenths, as between llama.cpp's own decode and
  * prefill, and TOL_ONE_ROW bounds that (a KV cache fault gives errors of
  * several units). The same holds where the kernel level has a GEMM for a
- * type (engine/model/matmul.c): batches take it, single rows do not; and
- * a GEMM whose large-batch kernel adds in another order (amx Q4_K) takes
- * that kernel only when every sequence of the batch has 4 rows or more,
- * so (b) stays exact. gemma3 (sliding window 16, a global layer) and llama
+ * type (engine/model/matmul.c): batches take it, single rows do not
+ * (the amx level's Q4_K/Q5_K kernels and its one-row dot add in one order
+ * at every batch size), so (b) stays exact. gemma3 (sliding window 16, a global layer) and llama
  * (GQA 4:2) are both run, so window masking and KV-head sharing are
  * covered on both paths. */
 #include "ft_test.h"

@@ -125,38 +125,19 @@ static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, i
     free(rt.base);
 }
 
-/* rows x n_tok product of one type at one level and row length (with
- * repacked: through the repacked tiles, which must also give exactly the
- * floats of the unpacked ones: the same integer sums, scaled in the same
- * order). */
 /* The amx level's Q4_K/Q5_K kernels with the scales in the integers, on
- * tiles (simd/x86/amx_qgemm_k4.c) and on VNNI (amx_qgemm_k4_vnni.c); x86
- * builds only. */
-static const struct ft_qgemm *amx_k4(enum ft_type t) {
+ * tiles (simd/x86/amx_qgemm_k4.c) and on VNNI (amx_qgemm_k4_vnni.c), and
+ * whether the level holds them (unless FT_KQUANT_INT_SCALES=0) with its
+ * one-row dot in their order; x86 builds only. */
 #if defined(__x86_64__)
-    return ft_amx_qgemm_k4(t);
+static const struct ft_qgemm *amx_k4(enum ft_type t) { return ft_amx_qgemm_k4(t); }
+static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) { return ft_amx_qgemm_k4_vnni(t); }
+static bool amx_k4_in_level(void) { return ft_amx_k4_enabled(); }
 #else
-    (void)t;
-    return NULL;
+static const struct ft_qgemm *amx_k4(enum ft_type t) { return (void)t, NULL; }
+static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) { return (void)t, NULL; }
+static bool amx_k4_in_level(void) { return false; }
 #endif
-}
-static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) {
-#if defined(__x86_64__)
-    return ft_amx_qgemm_k4_vnni(t);
-#else
-    (void)t;
-    return NULL;
-#endif
-}
-/* The amx level holds them (unless FT_KQUANT_INT_SCALES=0), with its
- * one-row dot in their order. */
-static bool amx_k4_in_level(void) {
-#if defined(__x86_64__)
-    return ft_amx_k4_enabled();
-#else
-    return false;
-#endif
-}
 /* g is one of them (or the level's copy of the VNNI entry, whose large
  * entry is the tile one). */
 static bool is_amx_k4(enum ft_isa isa, const struct ft_qgemm *g) {
@@ -164,6 +145,10 @@ static bool is_amx_k4(enum ft_isa isa, const struct ft_qgemm *g) {
     return isa == FT_ISA_AMX && k4 && (g == k4 || g == amx_k4_vnni(g->type) || g->large == k4);
 }
 
+/* rows x n_tok product of one type at one level and row length (with
+ * repacked: through the repacked tiles, which must also give exactly the
+ * floats of the unpacked ones: the same integer sums, scaled in the same
+ * order). */
 static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int rows, int n_tok, int random_bytes,
                        bool repacked) {
     const enum ft_type t = g->type;
