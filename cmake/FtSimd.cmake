@@ -35,7 +35,8 @@ function(ft_simd_sources out_sources out_defs)
   set(defs "")
   if(FT_SIMD_ARCH STREQUAL "x86_64" AND CMAKE_SIZEOF_VOID_P EQUAL 8)
     set(avx2 ${root}/simd/x86/avx2_quant.c ${root}/simd/x86/avx2_float_gemm.c ${root}/simd/x86/avx2_attn.c
-             ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/avx2_qgemm.c)
+             ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/avx2_qgemm.c
+             ${root}/simd/x86/avx2_qgemm_k4.c)
     set(avx512 ${root}/simd/x86/avx512_quant.c ${root}/simd/x86/avx512_float_gemm.c ${root}/simd/x86/avx512_attn.c
                ${root}/simd/x86/avx512_ops.c ${root}/simd/x86/avx512_qgemm.c)
     set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS

@@ -10,6 +10,11 @@
 #   scripts/fuzz-long.sh [SECONDS] [RUNS] [BUILD_DIR]    (default 3600 10000000 build/fuzz)
 #   FUZZ_TARGETS="fuzz_http fuzz_gguf" scripts/fuzz-long.sh 600
 #   FUZZ_JOBS=2 scripts/fuzz-long.sh ...   # targets run this many at a time
+#   FUZZ_TIMEOUT=60 scripts/fuzz-long.sh ... # per-input limit, wall seconds
+#
+# libFuzzer's per-input timeout is wall time: on a machine busy with other
+# work a niced fuzzer can be starved past it, so raise FUZZ_TIMEOUT there
+# (a real hang still stops the run).
 #
 # Exit status 1 if any target crashed, leaked or timed out (its input is in
 # BUILD_DIR/fuzz-artifacts/).
@@ -19,6 +24,7 @@ runs=${2:-10000000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${3:-$root/build/fuzz}
 jobs=${FUZZ_JOBS:-1}
+timeout=${FUZZ_TIMEOUT:-10}
 
 # Build (and check every target once) through the short runner: 1 second each.
 mkdir -p "$build"
@@ -44,7 +50,7 @@ run_one() {
     # shellcheck disable=SC2086
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-        "$build/tests/$t" -max_total_time="$secs" -runs="$runs" -timeout=10 -rss_limit_mb=2048 \
+        "$build/tests/$t" -max_total_time="$secs" -runs="$runs" -timeout="$timeout" -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$build/fuzz-artifacts/$t-" "$work" $seeds \
         >"$logs/$t.log" 2>&1 || rc=$?
     # CPU seconds of the fuzzer (the children of this background subshell):

@@ -65,6 +65,14 @@ void ft_avx512_qgemm_fill(struct ft_level *l);
 void ft_avx512_float_gemm_fill(struct ft_level *l);
 void ft_avx512_attn_fill(struct ft_level *l);
 void ft_avx512_ops_fill(struct ft_level *l);
+/* The avx2 level's Q4_K/Q5_K GEMM with the sub-block scales in the
+ * integers (avx2_qgemm_k4.c; the amx kernels' floats). NULL for other
+ * types. */
+const struct ft_qgemm *ft_avx2_qgemm_k4(enum ft_type t);
+/* The Q4_K/Q5_K kernels that take the sub-block scales into their integer
+ * sums (avx2 and amx levels) are on unless FT_KQUANT_INT_SCALES=0, which
+ * keeps the kernels that scale each 32-element sub-block in floats. */
+bool ft_k4_int_scales(void);
 void ft_amx_qgemm_fill(struct ft_level *l);
 void ft_amx_float_gemm_fill(struct ft_level *l);
 /* The amx level's Q4_K/Q5_K kernels with the sub-block scales in the
@@ -72,13 +80,12 @@ void ft_amx_float_gemm_fill(struct ft_level *l);
  * (amx_qgemm_k4.c) from FT_AMX_K4_TILE_TOKENS tokens, on VNNI
  * (amx_qgemm_k4_vnni.c) from FT_AMX_K4_MIN_TOKENS, and below that the
  * one-row dot. ft_amx_k4_fill() puts them into the level unless
- * FT_KQUANT_INT_SCALES=0 (then it keeps the per-32 AMX kernel and avx512's
- * dot: ft_amx_k4_enabled()). NULL for other types. */
+ * ft_k4_int_scales() says no (then it keeps the per-32 AMX kernel and
+ * avx512's dot). NULL for other types. */
 #define FT_AMX_K4_MIN_TOKENS 4
 #define FT_AMX_K4_TILE_TOKENS 32
 const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t);
 const struct ft_qgemm *ft_amx_qgemm_k4_vnni(enum ft_type t);
-bool ft_amx_k4_enabled(void);
 void ft_amx_k4_fill(struct ft_level *l);
 void ft_neon_quant_fill(struct ft_level *l);
 void ft_neon_float_gemm_fill(struct ft_level *l);

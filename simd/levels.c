@@ -15,7 +15,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+
+bool ft_k4_int_scales(void) {
+    const char *env = getenv("FT_KQUANT_INT_SCALES");
+    return !(env && !strcmp(env, "0"));
+}
 
 /* ---- the descriptors ----------------------------------------------------------- */
 

@@ -352,6 +352,36 @@ __attribute__((always_inline)) static inline void ft_qg_pack_w(const void *w, si
     FT_QG_PACK_W_ONE(prefix, tr, W, q6_K, 16, 0, FT_QK_K, ft_qg_scales_q6_K)
 #define FT_QG_PACK_W_PORTABLE(prefix, tr) FT_QG_PACK_W_PORTABLE_WIDTH(prefix, tr, 4)
 
+/* ---- Q8_K activations of the Q4_K/Q5_K kernels with integer scales ----------
+ * (avx2_qgemm_k4.c, amx_qgemm_k4_vnni.c). Per super-block: its 64 groups
+ * x tt tokens x 4 bytes, D[tt] (floats), then the 32-element sums as int16
+ * pairs [4][tt] (uint32 per token: sum 2p | sum 2p+1 << 16), the operands
+ * of the mins' vpmaddwd/vpdpwssd. Missing tokens are zero. */
+#define FT_QG_K4_A_D(tt) (FT_QK_K * (tt))
+#define FT_QG_K4_A_BP(tt) (FT_QG_K4_A_D(tt) + 4 * (tt))
+#define FT_QG_K4_A_SB(tt) (FT_QG_K4_A_BP(tt) + 16 * (tt))
+
+static inline size_t ft_qg_k4_a_tile_bytes(int64_t k, int tt) { return (size_t)(k / FT_QK_K) * FT_QG_K4_A_SB(tt); }
+
+static inline void ft_qg_pack_a_k4(const void *a, size_t a_row, int n_tok, int64_t k, void *tile, int tt) {
+    memset(tile, 0, ft_qg_k4_a_tile_bytes(k, tt));
+    for (int t = 0; t < n_tok; t++) {
+        const ft_block_q8_K *y = (const ft_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row);
+        for (int64_t b = 0; b < k / FT_QK_K; b++) {
+            uint8_t *sb = (uint8_t *)tile + (size_t)b * FT_QG_K4_A_SB(tt);
+            for (int g = 0; g < FT_QK_K / 4; g++) /* group g: sub-block g / 8, its group g % 8 */
+                memcpy(sb + ((size_t)g * (size_t)tt + (size_t)t) * 4, y[b].qs + 4 * g, 4);
+            memcpy(sb + FT_QG_K4_A_D(tt) + 4 * t, &y[b].d, 4);
+            for (int p = 0; p < 4; p++) {
+                const int s0 = y[b].bsums[4 * p] + y[b].bsums[4 * p + 1];
+                const int s1 = y[b].bsums[4 * p + 2] + y[b].bsums[4 * p + 3];
+                const uint32_t v = (uint32_t)(uint16_t)(int16_t)s0 | (uint32_t)(uint16_t)(int16_t)s1 << 16;
+                memcpy(sb + FT_QG_K4_A_BP(tt) + (size_t)(p * tt + t) * 4, &v, 4);
+            }
+        }
+    }
+}
+
 /* ---- lookup-table types (IQ4_NL, IQ4_XS, MXFP4) -------------------------------
  * Their quants are table values (IQ4: -127..113, MXFP4: -12..12), so the
  * tile holds them as Q8_0's do and the level's Q8_0 kernel multiplies them:

@@ -39,7 +39,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define TR 16    /* weight rows per tile */
@@ -343,17 +342,12 @@ const struct ft_qgemm *ft_amx_qgemm_k4(enum ft_type t) {
     return t == FT_TYPE_Q4_K ? &g_Q4_K : t == FT_TYPE_Q5_K ? &g_Q5_K : NULL;
 }
 
-bool ft_amx_k4_enabled(void) {
-    const char *env = getenv("FT_KQUANT_INT_SCALES");
-    return !(env && !strcmp(env, "0"));
-}
-
 /* The VNNI entry with the tile entry as its large one (struct ft_qgemm:
  * each has weight tiles of its own, which matmul.c allows). */
 static struct ft_qgemm g_small[2];
 
 void ft_amx_k4_fill(struct ft_level *l) {
-    if (!ft_amx_k4_enabled())
+    if (!ft_k4_int_scales())
         return;
     const enum ft_type ts[2] = {FT_TYPE_Q4_K, FT_TYPE_Q5_K};
     for (int i = 0; i < 2; i++) {

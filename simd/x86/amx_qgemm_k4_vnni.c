@@ -24,6 +24,7 @@
 #include "simd/fp16.h"
 #include "simd/kernels.h"
 #include "simd/level.h"
+#include "simd/qgemm_pack.h"
 #include "simd/quant_ref.h"
 #include "simd/x86/gather16.h"
 
@@ -42,15 +43,15 @@
 #define W_SUB0 (W_MP + 4 * TR * 4)
 #define W_SUB (8 * TR * 4 + TR * 4)
 #define W_SB (W_SUB0 + NSUB * W_SUB)
-/* Activation tile, per super-block: per sub-block 8 groups x TT tokens x 4
- * bytes, then D[TT] (floats), then the 32-element sums as int16 pairs
- * [4][TT] (uint32 per token). */
-#define A_D (NSUB * 8 * TT * 4)
-#define A_BP (A_D + TT * 4)
-#define A_SB (A_BP + 4 * TT * 4)
+/* Activation tile: simd/qgemm_pack.h's for these kernels (ft_qg_pack_a_k4):
+ * per super-block, per sub-block 8 groups x TT tokens x 4 bytes, then
+ * D[TT], then the 32-element sums as int16 pairs [4][TT]. */
+#define A_D FT_QG_K4_A_D(TT)
+#define A_BP FT_QG_K4_A_BP(TT)
+#define A_SB FT_QG_K4_A_SB(TT)
 
 static size_t w_tile_size(int64_t k) { return (size_t)(k / FT_QK_K) * W_SB; }
-static size_t a_tile_size(int64_t k) { return (size_t)(k / FT_QK_K) * A_SB; }
+static size_t a_tile_size(int64_t k) { return ft_qg_k4_a_tile_bytes(k, TT); }
 
 /* ---- packing ------------------------------------------------------------------------- */
 
@@ -128,24 +129,9 @@ static void pack_w_Q5_K(const void *w, size_t w_row, int n_rows, int64_t k, void
     pack_w_k4(w, w_row, n_rows, k, tile, true);
 }
 
-/* n_tok Q8_K rows into an activation tile; the missing tokens are zero. */
+/* n_tok Q8_K rows into an activation tile (simd/qgemm_pack.h). */
 static void pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
-    memset(tile, 0, a_tile_size(k));
-    for (int t = 0; t < n_tok; t++) {
-        const ft_block_q8_K *y = (const ft_block_q8_K *)(const void *)((const uint8_t *)a + (size_t)t * a_row);
-        for (int64_t b = 0; b < k / FT_QK_K; b++) {
-            uint8_t *sb = (uint8_t *)tile + (size_t)b * A_SB;
-            for (int g = 0; g < FT_QK_K / 4; g++) /* group g: sub-block g / 8, its group g % 8 */
-                memcpy(sb + ((size_t)g * TT + (size_t)t) * 4, y[b].qs + 4 * g, 4);
-            memcpy(sb + A_D + 4 * t, &y[b].d, 4);
-            for (int p = 0; p < 4; p++) {
-                const int s0 = y[b].bsums[4 * p] + y[b].bsums[4 * p + 1];
-                const int s1 = y[b].bsums[4 * p + 2] + y[b].bsums[4 * p + 3];
-                const uint32_t v = (uint32_t)(uint16_t)(int16_t)s0 | (uint32_t)(uint16_t)(int16_t)s1 << 16;
-                memcpy(sb + A_BP + (size_t)(p * TT + t) * 4, &v, 4);
-            }
-        }
-    }
+    ft_qg_pack_a_k4(a, a_row, n_tok, k, tile, TT);
 }
 
 /* ---- kernel --------------------------------------------------------------------------- */

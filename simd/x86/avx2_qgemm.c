@@ -21,6 +21,7 @@
 #include "simd/kernels.h"
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
+#include "simd/x86/rows8.h"
 
 #include <immintrin.h>
 
@@ -269,21 +270,6 @@ RW1_KERNEL(kernel_rw1_q6_K, 16, FT_QK_K, RAW_Q6_K)
 
 FT_QG_PACK_W_PORTABLE(pack_w_, TR)
 
-/* 16 bytes at p + 16c of each of the 8 rows, transposed: t[j] holds
- * dword 4c + j of rows 0..7 (rows 0..3 in the low lane, 4..7 high). */
-static inline void rows8_dwords4(const uint8_t *p, size_t w_row, __m256i t[4]) {
-    __m256i v[4];
-    for (int r = 0; r < 4; r++)
-        v[r] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + (size_t)r * w_row))),
-                                       _mm_loadu_si128((const __m128i *)(p + (size_t)(r + 4) * w_row)), 1);
-    const __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), c = _mm256_unpackhi_epi32(v[0], v[1]);
-    const __m256i e = _mm256_unpacklo_epi32(v[2], v[3]), f = _mm256_unpackhi_epi32(v[2], v[3]);
-    t[0] = _mm256_unpacklo_epi64(a, e);
-    t[1] = _mm256_unpackhi_epi64(a, e);
-    t[2] = _mm256_unpacklo_epi64(c, f);
-    t[3] = _mm256_unpackhi_epi64(c, f);
-}
-
 /* Q4_0 by transposes: a batch of a few tokens (decode of several requests)
  * spends as long unpacking the weights as multiplying them, and the
  * portable packer moves 4 bytes at a time. Here each row's 16 quant bytes
@@ -301,7 +287,7 @@ static void pack_w_q4_0_fast(const void *w, size_t w_row, int n_rows, int64_t k,
     for (int64_t b = 0; b < k / 32; b++, o += sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
         __m256i t[4];
-        rows8_dwords4(p + 2, w_row, t);
+        ft_rows8_dwords4(p + 2, w_row, t);
         uint16_t d[TR];
         for (int r = 0; r < TR; r++)
             memcpy(&d[r], p + (size_t)r * w_row, 2);
@@ -324,7 +310,7 @@ static void repack_w_q4_0(const void *w, size_t w_row, int64_t k, void *tile) {
     for (int64_t b = 0; b < k / 32; b++, o += RW_Q4_0_BLOCK) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q4_0);
         __m256i t[4];
-        rows8_dwords4(p + 2, w_row, t);
+        ft_rows8_dwords4(p + 2, w_row, t);
         for (int j = 0; j < 4; j++)
             _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), t[j]);
         for (int r = 0; r < TR; r++)
@@ -382,9 +368,9 @@ static void pack_w_q6_K_fast(const void *w, size_t w_row, int n_rows, int64_t k,
         for (int h = 0; h < 2; h++)
             for (int c = 0; c < 2; c++) { /* l0 = 16c + 4j */
                 __m256i la[4], lb[4], qh[4];
-                rows8_dwords4(p + 64 * h + 16 * c, w_row, la);
-                rows8_dwords4(p + 64 * h + 32 + 16 * c, w_row, lb);
-                rows8_dwords4(p + 128 + 32 * h + 16 * c, w_row, qh);
+                ft_rows8_dwords4(p + 64 * h + 16 * c, w_row, la);
+                ft_rows8_dwords4(p + 64 * h + 32 + 16 * c, w_row, lb);
+                ft_rows8_dwords4(p + 128 + 32 * h + 16 * c, w_row, qh);
                 for (int j = 0; j < 4; j++) {
                     const __m256i q[4] = {
                         _mm256_or_si256(_mm256_and_si256(la[j], m4), _mm256_slli_epi16(_mm256_and_si256(qh[j], m3), 4)),
@@ -551,8 +537,8 @@ void ft_avx2_qgemm_fill(struct ft_level *l) {
     t[FT_TYPE_Q5_1] = &g_Q5_1;
     t[FT_TYPE_Q2_K] = &g_Q2_K;
     t[FT_TYPE_Q3_K] = &g_Q3_K;
-    t[FT_TYPE_Q4_K] = &g_Q4_K;
-    t[FT_TYPE_Q5_K] = &g_Q5_K;
+    t[FT_TYPE_Q4_K] = ft_k4_int_scales() ? ft_avx2_qgemm_k4(FT_TYPE_Q4_K) : &g_Q4_K;
+    t[FT_TYPE_Q5_K] = ft_k4_int_scales() ? ft_avx2_qgemm_k4(FT_TYPE_Q5_K) : &g_Q5_K;
     t[FT_TYPE_Q6_K] = &g_Q6_K;
     t[FT_TYPE_IQ4_NL] = &g_IQ4_NL;
     t[FT_TYPE_IQ4_XS] = &g_IQ4_XS;

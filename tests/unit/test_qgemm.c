@@ -132,11 +132,13 @@ static void gemm_run(const struct ft_qgemm *g, const uint8_t *w, size_t w_row, i
 #if defined(__x86_64__)
 static const struct ft_qgemm *amx_k4(enum ft_type t) { return ft_amx_qgemm_k4(t); }
 static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) { return ft_amx_qgemm_k4_vnni(t); }
-static bool amx_k4_in_level(void) { return ft_amx_k4_enabled(); }
+static bool amx_k4_in_level(void) { return ft_k4_int_scales(); }
+static const struct ft_qgemm *avx2_k4(enum ft_type t) { return ft_avx2_qgemm_k4(t); }
 #else
 static const struct ft_qgemm *amx_k4(enum ft_type t) { return (void)t, NULL; }
 static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) { return (void)t, NULL; }
 static bool amx_k4_in_level(void) { return false; }
+static const struct ft_qgemm *avx2_k4(enum ft_type t) { return (void)t, NULL; }
 #endif
 /* g is one of them (or the level's copy of the VNNI entry, whose large
  * entry is the tile one). */
@@ -267,6 +269,19 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
                "%s gemm %s k=%lld rows=%d tokens=%d: not the floats of %s", ft_isa_name(isa), ref->name,
                (long long)k, rows, n_tok, ft_isa_name(same_as));
         free(out_dot);
+    }
+
+    /* avx2's Q4_K/Q5_K kernel with the scales in the integers
+     * (avx2_qgemm_k4.c) adds in the amx kernels' order: their floats, bit
+     * for bit, where the CPU runs both */
+    if (isa == FT_ISA_AVX2 && g == avx2_k4(t) && ft_isa_supported(FT_ISA_AMX) && amx_k4_in_level()) {
+        float *out_amx = xmalloc((size_t)tok_rows * (size_t)ld * sizeof(float));
+        memcpy(out_amx, out, (size_t)tok_rows * (size_t)ld * sizeof(float));
+        gemm_run(amx_k4_vnni(t), w, w_row, rows, a, a_row, n_tok, k, out_amx, ld, false);
+        CHECKF(memcmp(out, out_amx, (size_t)tok_rows * (size_t)ld * sizeof(float)) == 0,
+               "avx2 gemm %s k=%lld rows=%d tokens=%d: not the floats of the amx k4 kernels", ref->name,
+               (long long)k, rows, n_tok);
+        free(out_amx);
     }
 
     /* The amx Q4_K/Q5_K kernel in its level: every batch size must give a
