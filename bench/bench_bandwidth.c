@@ -39,6 +39,7 @@ struct slice {
     size_t n; /* uint64 words, a multiple of 8 */
     int prefetch;
     uint64_t sum;
+    double t_start, t_end; /* this thread's own clock readings */
     pthread_barrier_t *start;
 };
 
@@ -47,6 +48,7 @@ struct slice {
 static void *read_slice(void *arg) {
     struct slice *s = arg;
     pthread_barrier_wait(s->start);
+    s->t_start = now();
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
     for (size_t i = 0; i < s->n; i += 8) {
         if (s->prefetch)
@@ -61,11 +63,15 @@ static void *read_slice(void *arg) {
         a7 += s->p[i + 7];
     }
     s->sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+    s->t_end = now();
     return NULL;
 }
 
-/* One pass of `threads` threads over the buffer; seconds from the common
- * start to the last thread's end. */
+/* One pass of `threads` threads over the buffer; seconds from the first
+ * thread's start to the last thread's end, each read by the readers
+ * themselves: under a real-time policy (chrt -f) the readers may run to
+ * their end before this thread is scheduled again, so its own clock
+ * readings would time nothing. */
 static double pass(const uint64_t *buf, size_t words, int threads, int prefetch, uint64_t *sink) {
     pthread_t tid[64];
     struct slice sl[64];
@@ -73,19 +79,21 @@ static double pass(const uint64_t *buf, size_t words, int threads, int prefetch,
     pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
     const size_t per = words / (size_t)threads / 8 * 8;
     for (int i = 0; i < threads; i++) {
-        sl[i] = (struct slice){buf + (size_t)i * per, per, prefetch, 0, &start};
+        sl[i] = (struct slice){.p = buf + (size_t)i * per, .n = per, .prefetch = prefetch, .start = &start};
         if (pthread_create(&tid[i], NULL, read_slice, &sl[i]) != 0) {
             fprintf(stderr, "pthread_create failed\n");
             exit(1);
         }
     }
     pthread_barrier_wait(&start);
-    const double t0 = now();
+    double t0 = 0.0, t1 = 0.0;
     for (int i = 0; i < threads; i++) {
         pthread_join(tid[i], NULL);
         *sink += sl[i].sum;
+        t0 = i == 0 || sl[i].t_start < t0 ? sl[i].t_start : t0;
+        t1 = i == 0 || sl[i].t_end > t1 ? sl[i].t_end : t1;
     }
-    const double dt = now() - t0;
+    const double dt = t1 - t0;
     pthread_barrier_destroy(&start);
     return dt;
 }
