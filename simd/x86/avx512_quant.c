@@ -29,6 +29,7 @@
  * noted (they always are when they come from a Q8 quantizer).
  */
 #include "simd/level.h"
+#include "simd/x86/k4_sums512.h"
 #include "simd/x86/vec512.h"
 #include "simd/x86/quant_impl.h" /* F32/F16/BF16, the Q8 quantizers, dequantizers; f16, prefetch_ahead */
 
@@ -478,28 +479,10 @@ static inline void dot_k4_block(const uint8_t *restrict packed, uint16_t xd, uin
                                 const ft_block_q8_K *restrict y, __m512 *acc, __m256 *accm) {
     const float d = y->d * f16(xd);
     const float dmin = y->d * f16(xdmin);
-    const __m128i u128 = scales16_vec(ft_k4_scales(packed));
-    /* mins: mn[s] * (bsum[2s] + bsum[2s+1]), with each mn repeated twice */
-    const __m128i mn_dup = _mm_shuffle_epi8(u128, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
-    const __m256i mins = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mn_dup), loadu256(y->bsums));
+    __m512i sumi;
+    __m256i mins;
+    ft_k4_sums512(packed, qs, qh, y, &sumi, &mins);
     *accm = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(mins), *accm);
-
-    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(u128)); /* sc 0..7 as words, every lane */
-    const __m512i hq = qh ? _mm512_broadcast_i64x4(loadu256(qh)) : _mm512_setzero_si512();
-    __m512i sumi = _mm512_setzero_si512();
-    for (int j = 0; j < 4; j++) {
-        __m512i q = nibbles_64(qs + 32 * j);
-        if (qh) { /* bit 2j of qh[l] -> element 64j + l, bit 2j+1 -> 64j + 32 + l */
-            const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * j))),
-                                                   _mm256_set1_epi8((char)(1 << (2 * j + 1))), 1);
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hq, sel), q, _mm512_set1_epi8(16));
-        }
-        const __m512i p = _mm512_maddubs_epi16(q, loadu512(y->qs + 64 * j));
-        /* word 2j in lanes 0-1, word 2j+1 in lanes 2-3 */
-        const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)),
-                                               _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))), 1);
-        sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_shuffle_epi8(sc, idx));
-    }
     *acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), *acc);
 }
 
