@@ -167,11 +167,59 @@ static inline float offset_term(const void *xb, const void *yb) {
         *s = ftv_hsum(_mm256_add_ps(_mm256_add_ps(acc0, acc1), accm)) + summs;                                  \
     }
 
-DOT_32(vec_dot_q8_0_q8_0, ft_block_q8_0, ft_block_q8_0, block_q8_0, 0)
-DOT_32(vec_dot_q4_0_q8_0, ft_block_q4_0, ft_block_q8_0, block_q4_0, 0)
+/* Q8_0, Q4_0 and Q5_0 add in their GEMM's order instead (below). */
 DOT_32(vec_dot_q4_1_q8_1, ft_block_q4_1, ft_block_q8_1, block_q4_1, 1)
-DOT_32(vec_dot_q5_0_q8_0, ft_block_q5_0, ft_block_q8_0, block_q5_0, 0)
 DOT_32(vec_dot_q5_1_q8_1, ft_block_q5_1, ft_block_q8_1, block_q5_1, 1)
+
+/* The 8 integer sums of 8 blocks' lanes, block k in lane k (exact). */
+static inline __m256i sums8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
+                            __m256i v7) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v4, v5), _mm256_hadd_epi32(v6, v7));
+    /* a: blocks 0..3, their low lanes' sums then their high lanes' */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+static inline int sum1(__m256i v) {
+    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+    return _mm_cvtsi128_si32(_mm_add_epi32(r, _mm_shuffle_epi32(r, 1)));
+}
+
+/* Q8_0 / Q4_0 / Q5_0 in the order of the level's GEMM (avx2_qgemm.c,
+ * kernel_half and kernel_q8_0): per block, in order,
+ *   acc = ((float) isum * dx) * dy + acc     (the multiply rounded, the add fused)
+ * with isum the block's exact integer sum. So a (row, token) gets the same
+ * floats in a batch of any size (decode, multi-stream batches, a prompt's
+ * tail after a prefix-cache hit, prefill): tests/unit/test_qgemm.c checks
+ * it bit for bit. Eight blocks' sums and products are vectors; only the
+ * chain of adds is serial. */
+#define DOT_32_GEMM_ORDER(name, XT, BLOCK)                                                                      \
+    static void name(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {         \
+        const XT *x = vx;                                                                                      \
+        const ft_block_q8_0 *y = vy;                                                                           \
+        const int64_t nb = n / 32;                                                                             \
+        float acc = 0.0f, t8[8], dy8[8];                                                                       \
+        int64_t i = 0;                                                                                         \
+        for (; i + 8 <= nb; i += 8) {                                                                          \
+            prefetch_ahead(&x[i], 8 * (int)sizeof(XT));                                                        \
+            const __m256i is = sums8(BLOCK(&x[i], &y[i]), BLOCK(&x[i + 1], &y[i + 1]), BLOCK(&x[i + 2], &y[i + 2]), \
+                                     BLOCK(&x[i + 3], &y[i + 3]), BLOCK(&x[i + 4], &y[i + 4]),                  \
+                                     BLOCK(&x[i + 5], &y[i + 5]), BLOCK(&x[i + 6], &y[i + 6]),                  \
+                                     BLOCK(&x[i + 7], &y[i + 7]));                                              \
+            _mm256_storeu_ps(t8, _mm256_mul_ps(_mm256_cvtepi32_ps(is), halves8(&x[i], sizeof(XT), 0)));       \
+            _mm256_storeu_ps(dy8, halves8(&y[i], sizeof(ft_block_q8_0), 0));                                  \
+            for (int k = 0; k < 8; k++)                                                                        \
+                acc = fmaf(t8[k], dy8[k], acc);                                                                \
+        }                                                                                                      \
+        for (; i < nb; i++)                                                                                    \
+            acc = fmaf((float)sum1(BLOCK(&x[i], &y[i])) * f16(x[i].d), f16(y[i].d), acc);                      \
+        *s = acc;                                                                                              \
+    }
+DOT_32_GEMM_ORDER(vec_dot_q8_0_gemm_order, ft_block_q8_0, block_q8_0)
+DOT_32_GEMM_ORDER(vec_dot_q4_0_gemm_order, ft_block_q4_0, block_q4_0)
+DOT_32_GEMM_ORDER(vec_dot_q5_0_gemm_order, ft_block_q5_0, block_q5_0)
+#undef DOT_32_GEMM_ORDER
 
 /* ---- lookup-table types: IQ4_NL, IQ4_XS, MXFP4 ------------------------------------------- */
 
@@ -308,20 +356,19 @@ static void vec_dot_q3_K_q8_K(int64_t n, float *restrict s, const void *restrict
     *s = ftv_hsum(acc);
 }
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scale and min. hbits (Q5_K)
- * is NULL for Q4_K. */
-static inline float dot_k4_block(const uint8_t *restrict packed, uint16_t xd, uint16_t xdmin, const uint8_t *restrict qs,
-                                 const uint8_t *restrict qh, const ft_block_q8_K *restrict y, __m256 *acc) {
-    const float d = y->d * f16(xd);
-    const float dmin = y->d * f16(xdmin);
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scale and min; qh (Q5_K) is
+ * NULL for Q4_K. The integer sums of one super-block: *sumi's lanes add
+ * up to S = sum_s sc_s (q . a)_s, *mins' to
+ * M = sum_s mn_s (bsum[2s] + bsum[2s+1]). */
+static inline void k4_sums(const uint8_t *restrict packed, const uint8_t *restrict qs, const uint8_t *restrict qh,
+                           const ft_block_q8_K *restrict y, __m256i *sumi, __m128i *mins) {
     const __m256i sm16 = _mm256_cvtepu8_epi16(scales16_vec(ft_k4_scales(packed))); /* sc 0..7 | mn 0..7 */
-    /* mins: mn[s] * (bsum[2s] + bsum[2s+1]) */
     const __m128i bs = _mm_hadd_epi16(loadu128(y->bsums), loadu128(y->bsums + 8));
-    const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs);
+    __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs);
     const __m256i scales = _mm256_permute4x64_epi64(sm16, 0x44); /* sc 0..7 in both lanes */
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i hb = qh ? loadu256(qh) : _mm256_setzero_si256();
-    __m256i sumi = _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
         const __m256i bits = loadu256(qs + 32 * j);
         __m256i lo = _mm256_and_si256(bits, m4);
@@ -336,12 +383,24 @@ static inline float dot_k4_block(const uint8_t *restrict packed, uint16_t xd, ui
         __m256i ph = _mm256_maddubs_epi16(hi, loadu256(y->qs + 64 * j + 32));
         pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, word_idx(2 * j)), pl);
         ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, word_idx(2 * j + 1)), ph);
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
     }
+    *sumi = acc;
+    *mins = prod;
+}
+
+/* ggml's order: S's lanes scaled by D d in floats, the mins apart. */
+static inline float dot_k4_block(const uint8_t *restrict packed, uint16_t xd, uint16_t xdmin, const uint8_t *restrict qs,
+                                 const uint8_t *restrict qh, const ft_block_q8_K *restrict y, __m256 *acc) {
+    const float d = y->d * f16(xd);
+    const float dmin = y->d * f16(xdmin);
+    __m256i sumi;
+    __m128i prod;
+    k4_sums(packed, qs, qh, y, &sumi, &prod);
     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), *acc);
-    __m128i p = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
-    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, _MM_SHUFFLE(2, 3, 0, 1)));
-    return dmin * (float)_mm_cvtsi128_si32(p);
+    prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+    prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, _MM_SHUFFLE(2, 3, 0, 1)));
+    return dmin * (float)_mm_cvtsi128_si32(prod);
 }
 
 static void vec_dot_q4_K_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
@@ -369,6 +428,36 @@ static void vec_dot_q5_K_q8_K(int64_t n, float *restrict s, const void *restrict
     }
     *s = ftv_hsum(acc) - mins;
 }
+
+/* The order of the Q4_K/Q5_K GEMM with integer scales (avx2_qgemm_k4.c,
+ * the amx kernels): per super-block acc = (d S - dmin M) D + acc, both
+ * fused, with S and M reduced to integers first. A (row, token) then gets
+ * the same floats in a batch of any size: decode, a prompt's tail
+ * evaluated again after a prefix-cache hit, and prefill. */
+#define DOT_IN_GEMM_ORDER(T, QH)                                                                                 \
+    static void vec_dot_##T##_gemm_order(int64_t n, float *restrict s, const void *restrict vx,                  \
+                                         const void *restrict vy) {                                              \
+        const ft_block_##T *x = vx;                                                                              \
+        const ft_block_q8_K *y = vy;                                                                             \
+        float acc = 0.0f;                                                                                        \
+        for (int64_t i = 0; i < n / FT_QK_K; i++) {                                                              \
+            prefetch_ahead(&x[i], (int)sizeof(x[i]));                                                            \
+            __m256i sumi;                                                                                        \
+            __m128i mins;                                                                                        \
+            k4_sums(x[i].scales, x[i].qs, QH, &y[i], &sumi, &mins);                                              \
+            /* S and M together: [S, M, S, M] */                                                                 \
+            const __m128i v = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1));    \
+            const __m128i h = _mm_hadd_epi32(v, mins);                                                           \
+            const __m128 sm = _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));                                             \
+            const float f = fmaf(f16(x[i].d), _mm_cvtss_f32(sm),                                                 \
+                                 -(f16(x[i].dmin) * _mm_cvtss_f32(_mm_shuffle_ps(sm, sm, 1))));                  \
+            acc = fmaf(f, y[i].d, acc);                                                                          \
+        }                                                                                                        \
+        *s = acc;                                                                                                \
+    }
+DOT_IN_GEMM_ORDER(q4_K, NULL)
+DOT_IN_GEMM_ORDER(q5_K, x[i].qh)
+#undef DOT_IN_GEMM_ORDER
 
 /* Q6_K: q - 32 with q in 0..63; the -32 goes through bsums. */
 static void vec_dot_q6_K_q8_K(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) {
@@ -411,15 +500,18 @@ static void vec_dot_q6_K_q8_K(int64_t n, float *restrict s, const void *restrict
 void ft_avx2_quant_fill(struct ft_level *l) {
     struct ft_type_info *t = l->types;
     quant_fill_common(t);
-    t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_q8_0;
-    t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_q8_0;
+    /* Q8_0, Q4_0, Q5_0, Q4_K, Q5_K: in the order of the level's GEMM */
+    t[FT_TYPE_Q8_0].vec_dot = vec_dot_q8_0_gemm_order;
+    t[FT_TYPE_Q4_0].vec_dot = vec_dot_q4_0_gemm_order;
     t[FT_TYPE_Q4_1].vec_dot = vec_dot_q4_1_q8_1;
-    t[FT_TYPE_Q5_0].vec_dot = vec_dot_q5_0_q8_0;
+    t[FT_TYPE_Q5_0].vec_dot = vec_dot_q5_0_gemm_order;
     t[FT_TYPE_Q5_1].vec_dot = vec_dot_q5_1_q8_1;
     t[FT_TYPE_Q2_K].vec_dot = vec_dot_q2_K_q8_K;
     t[FT_TYPE_Q3_K].vec_dot = vec_dot_q3_K_q8_K;
-    t[FT_TYPE_Q4_K].vec_dot = vec_dot_q4_K_q8_K;
-    t[FT_TYPE_Q5_K].vec_dot = vec_dot_q5_K_q8_K;
+    /* in the order of the level's Q4_K/Q5_K GEMM (avx2_qgemm_k4.c) unless
+     * FT_KQUANT_INT_SCALES=0 keeps that GEMM and this order out */
+    t[FT_TYPE_Q4_K].vec_dot = ft_k4_int_scales() ? vec_dot_q4_K_gemm_order : vec_dot_q4_K_q8_K;
+    t[FT_TYPE_Q5_K].vec_dot = ft_k4_int_scales() ? vec_dot_q5_K_gemm_order : vec_dot_q5_K_q8_K;
     t[FT_TYPE_Q6_K].vec_dot = vec_dot_q6_K_q8_K;
     t[FT_TYPE_IQ4_NL].vec_dot = vec_dot_iq4_nl_q8_0;
     t[FT_TYPE_IQ4_XS].vec_dot = vec_dot_iq4_xs_q8_K;

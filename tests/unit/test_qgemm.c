@@ -140,6 +140,12 @@ static const struct ft_qgemm *amx_k4_vnni(enum ft_type t) { return (void)t, NULL
 static bool amx_k4_in_level(void) { return false; }
 static const struct ft_qgemm *avx2_k4(enum ft_type t) { return (void)t, NULL; }
 #endif
+/* The avx2 level's 32-element types whose one-row dot adds in the GEMM's
+ * order (simd/x86/avx2_quant.c, DOT_32_GEMM_ORDER). */
+static bool avx2_gemm_order(enum ft_isa isa, enum ft_type t) {
+    return isa == FT_ISA_AVX2 && (t == FT_TYPE_Q8_0 || t == FT_TYPE_Q4_0 || t == FT_TYPE_Q5_0);
+}
+
 /* g is one of them (or the level's copy of the VNNI entry, whose large
  * entry is the tile one). */
 static bool is_amx_k4(enum ft_isa isa, const struct ft_qgemm *g) {
@@ -284,11 +290,12 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
         free(out_amx);
     }
 
-    /* The amx Q4_K/Q5_K kernel in its level: every batch size must give a
-     * (row, token) the same floats, so the level's one-row dot (batches
-     * below its min_tokens, decode, a prompt's tail after a prefix-cache
-     * hit) must add in the kernel's order, bit for bit. */
-    if (own_order && amx_k4_in_level()) {
+    /* The Q4_K/Q5_K kernels with integer scales in their levels (amx,
+     * avx2): every batch size must give a (row, token) the same floats, so
+     * the level's one-row dot (batches below its min_tokens, decode, a
+     * prompt's tail after a prefix-cache hit) must add in the kernel's
+     * order, bit for bit. */
+    if ((own_order && amx_k4_in_level()) || (isa == FT_ISA_AVX2 && g == avx2_k4(t)) || avx2_gemm_order(isa, t)) {
         const struct ft_type_info *lvl = ft_type_traits_isa(t, isa);
         int differ = 0;
         for (int i = 0; i < n_tok; i++)
