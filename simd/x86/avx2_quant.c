@@ -24,6 +24,7 @@
 #include "simd/level.h"
 #include "simd/x86/vec256.h"
 #include "simd/x86/quant_impl.h" /* F32/F16/BF16, the Q8 quantizers, dequantizers; f16, prefetch_ahead */
+#include "simd/x86/sums8.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -171,21 +172,6 @@ static inline float offset_term(const void *xb, const void *yb) {
 DOT_32(vec_dot_q4_1_q8_1, ft_block_q4_1, ft_block_q8_1, block_q4_1, 1)
 DOT_32(vec_dot_q5_1_q8_1, ft_block_q5_1, ft_block_q8_1, block_q5_1, 1)
 
-/* The 8 integer sums of 8 blocks' lanes, block k in lane k (exact). */
-static inline __m256i sums8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
-                            __m256i v7) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v4, v5), _mm256_hadd_epi32(v6, v7));
-    /* a: blocks 0..3, their low lanes' sums then their high lanes' */
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-static inline int sum1(__m256i v) {
-    __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
-    return _mm_cvtsi128_si32(_mm_add_epi32(r, _mm_shuffle_epi32(r, 1)));
-}
-
 /* Q8_0 / Q4_0 / Q5_0 in the order of the level's GEMM (avx2_qgemm.c,
  * kernel_half and kernel_q8_0): per block, in order,
  *   acc = ((float) isum * dx) * dy + acc     (the multiply rounded, the add fused)
@@ -203,7 +189,7 @@ static inline int sum1(__m256i v) {
         int64_t i = 0;                                                                                         \
         for (; i + 8 <= nb; i += 8) {                                                                          \
             prefetch_ahead(&x[i], 8 * (int)sizeof(XT));                                                        \
-            const __m256i is = sums8(BLOCK(&x[i], &y[i]), BLOCK(&x[i + 1], &y[i + 1]), BLOCK(&x[i + 2], &y[i + 2]), \
+            const __m256i is = ft_sums8(BLOCK(&x[i], &y[i]), BLOCK(&x[i + 1], &y[i + 1]), BLOCK(&x[i + 2], &y[i + 2]), \
                                      BLOCK(&x[i + 3], &y[i + 3]), BLOCK(&x[i + 4], &y[i + 4]),                  \
                                      BLOCK(&x[i + 5], &y[i + 5]), BLOCK(&x[i + 6], &y[i + 6]),                  \
                                      BLOCK(&x[i + 7], &y[i + 7]));                                              \
@@ -213,7 +199,7 @@ static inline int sum1(__m256i v) {
                 acc = fmaf(t8[k], dy8[k], acc);                                                                \
         }                                                                                                      \
         for (; i < nb; i++)                                                                                    \
-            acc = fmaf((float)sum1(BLOCK(&x[i], &y[i])) * f16(x[i].d), f16(y[i].d), acc);                      \
+            acc = fmaf((float)ft_sum8(BLOCK(&x[i], &y[i])) * f16(x[i].d), f16(y[i].d), acc);                      \
         *s = acc;                                                                                              \
     }
 DOT_32_GEMM_ORDER(vec_dot_q8_0_gemm_order, ft_block_q8_0, block_q8_0)
