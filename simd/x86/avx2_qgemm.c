@@ -179,17 +179,16 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }
 
-/* Q8_0: 8 rows x 4 tokens like kernel_half, but the packed quants (q + 128,
- * unsigned) are turned back into signed bytes, and each token's activation
- * bytes take the weights' signs so vpmaddubsw sees |w| (unsigned) times
- * sign(w) * x (signed): exact, no offset term. */
+/* Q8_0: 8 rows x 4 tokens like kernel_half, but the tile holds the quants
+ * as signed bytes (pack_w_q8_0_signed; the lookup-table types' values too),
+ * and each token's activation bytes take the weights' signs so vpmaddubsw
+ * sees |w| (unsigned) times sign(w) * x (signed): exact, no offset term. */
 static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict a, int64_t k, int n_rows, int n_tok,
                              int t0, float *restrict out, int64_t ld) {
     enum { G = 32, NGRP = G / 4 };
     const size_t sb_bytes = ft_qg_sb_bytes(TR, G, 0);
     const size_t ab_bytes = ft_qg_ab_bytes(G, G);
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i bias = _mm256_set1_epi8((char)0x80);
     __m256 facc[TH];
     for (int t = 0; t < TH; t++)
         facc[t] = _mm256_setzero_ps();
@@ -200,7 +199,7 @@ static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict 
         for (int t = 0; t < TH; t++)
             acc[t] = _mm256_setzero_si256();
         for (int gi = 0; gi < NGRP; gi++) {
-            const __m256i Ws = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(w + gi * 32)), bias);
+            const __m256i Ws = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
             const __m256i Wa = _mm256_abs_epi8(Ws);
             for (int t = 0; t < TH; t++) {
                 const __m256i x = _mm256_sign_epi8(bcast32(aq + (gi * TT + t) * 4), Ws);
@@ -509,9 +508,41 @@ SIZES(size_k16_offset, 16, 256, 0)
                                           .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t,                  \
                                           .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t,                \
                                           .kernel_rw1 = kernel_rw1_##t};
-ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0, pack_a_q8_0, kernel_q8_0)
-/* The lookup-table types: their values packed as Q8_0's (q + 128), Q8_0's kernel. */
-FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, 0x80)
+/* Q8_0's quants as they are (signed), by the transposes of
+ * pack_w_q4_0_fast: each row's 32 bytes are two loads. */
+static void pack_w_q8_0_signed(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
+    if (n_rows < TR) {
+        memset(tile, 0, ft_qg_w_tile_bytes(TR, 32, 0, k));
+        for (int r = 0; r < n_rows; r++)
+            for (int64_t b = 0; b < k / 32; b++) {
+                const uint8_t *p = (const uint8_t *)w + (size_t)r * w_row + b * (int64_t)sizeof(ft_block_q8_0);
+                uint8_t *o = (uint8_t *)tile + (size_t)b * sb;
+                for (int j = 0; j < 8; j++)
+                    memcpy(o + 32 * j + 4 * r, p + 2 + 4 * j, 4);
+                const float d = ft_half_to_float(ft_qg_ld16(p));
+                memcpy(o + 32 * TR + 4 * r, &d, 4);
+            }
+        return;
+    }
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, o += sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q8_0);
+        __m256i t[4];
+        for (int h = 0; h < 2; h++) {
+            ft_rows8_dwords4(p + 2 + 16 * h, w_row, t);
+            for (int j = 0; j < 4; j++)
+                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 * h + j)), t[j]);
+        }
+        uint16_t d[TR];
+        for (int r = 0; r < TR; r++)
+            memcpy(&d[r], p + (size_t)r * w_row, 2);
+        _mm256_storeu_ps((float *)(void *)(o + 32 * TR), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d)));
+    }
+}
+ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0_signed, pack_a_q8_0, kernel_q8_0)
+/* The lookup-table types: their values packed as Q8_0's (signed), Q8_0's kernel. */
+FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, 0)
 static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
     ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 4, TT);
 }
