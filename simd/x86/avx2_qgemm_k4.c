@@ -83,8 +83,8 @@ static inline __m256i bit4_of(__m256i h, int s) {
     return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, s), _mm256_set1_epi8(1)), 4);
 }
 
-/* A whole tile's quants by transposes (the portable packer above moves 4
- * bytes at a time: 3x the packing time at 512 tokens): per 16 quant bytes
+/* A whole tile's quants by transposes (a group of 4 bytes at a time, as
+ * partial tiles are packed in pack_w, took 3x as long): per 16 quant bytes
  * of the 8 rows, ft_rows8_dwords4 gives groups 4h..4h+3 of two sub-blocks,
  * the low nibbles' and the high nibbles'. Q5: the rows' qh bytes go
  * through the same transposes. */
