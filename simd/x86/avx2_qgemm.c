@@ -508,23 +508,21 @@ SIZES(size_k16_offset, 16, 256, 0)
                                           .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t,                  \
                                           .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t,                \
                                           .kernel_rw1 = kernel_rw1_##t};
-/* Q8_0's quants as they are (signed), by the transposes of
- * pack_w_q4_0_fast: each row's 32 bytes are two loads. */
+/* Q8_0's quants as they are (signed): group j of a block. */
+static inline uint32_t group_q8_0_signed(int c, const uint8_t *blk, int j) {
+    (void)c;
+    return ft_qg_ld32(blk + 2 + 4 * j);
+}
+
+/* Q8_0's signed quants by the transposes of pack_w_q4_0_fast (each row's
+ * 32 bytes are two loads); a partial tile through the portable packer. */
 static void pack_w_q8_0_signed(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
-    const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
     if (n_rows < TR) {
-        memset(tile, 0, ft_qg_w_tile_bytes(TR, 32, 0, k));
-        for (int r = 0; r < n_rows; r++)
-            for (int64_t b = 0; b < k / 32; b++) {
-                const uint8_t *p = (const uint8_t *)w + (size_t)r * w_row + b * (int64_t)sizeof(ft_block_q8_0);
-                uint8_t *o = (uint8_t *)tile + (size_t)b * sb;
-                for (int j = 0; j < 8; j++)
-                    memcpy(o + 32 * j + 4 * r, p + 2 + 4 * j, 4);
-                const float d = ft_half_to_float(ft_qg_ld16(p));
-                memcpy(o + 32 * TR + 4 * r, &d, 4);
-            }
+        ft_qg_pack_w(w, w_row, n_rows, k, tile, TR, 32, 0, 32, sizeof(ft_block_q8_0), group_q8_0_signed,
+                     ft_qg_scales_d0);
         return;
     }
+    const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / 32; b++, o += sb) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)sizeof(ft_block_q8_0);
