@@ -106,7 +106,7 @@ __attribute__((always_inline)) static inline void scale_sums(const int32_t *sums
     const uint8_t *X = D + 4 * TT;
     const uint8_t *ws = w + (size_t)j * ft_qg_sb_bytes(TR, G, MINS);
     __m512i acc[TT];
-    for (int t = 0; t < NT; t++) {
+    FT_UNROLL for (int t = 0; t < NT; t++) {
         acc[t] = _mm512_load_si512(sums + t * TR);
         if (XINT)
             acc[t] = _mm512_add_epi32(ft_qg_bcast32(X + (s * TT + t) * 4), acc[t]);
@@ -132,7 +132,7 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     const int64_t nsb = k / G;
     int32_t sums[2][TT * TR] __attribute__((aligned(64)));
     __m512 facc[TT], part[TT];
-    for (int t = 0; t < NT; t++)
+    FT_UNROLL for (int t = 0; t < NT; t++)
         facc[t] = part[t] = _mm512_setzero_ps();
     tiles_issue(0, a, w, G, SIGNED);
     for (int64_t j = 0; j < nsb; j++) {
@@ -147,7 +147,7 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     }
     scale_sums(sums[(nsb - 1) & 1], nsb - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    for (int t = 0; t < NT; t++)
+    FT_UNROLL for (int t = 0; t < NT; t++)
         if (t < n_tok)
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }

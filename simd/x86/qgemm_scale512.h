@@ -31,27 +31,27 @@ __attribute__((always_inline)) static inline void ft_qg_scale_sub(const __m512i 
                                                                   const int TT, const int NT) {
     const __m512 S = _mm512_loadu_ps(sw);
     if (nsub == 1) {
-        for (int t = 0; t < NT; t++)
+        FT_UNROLL for (int t = 0; t < NT; t++)
             facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), ft_qg_bcastf(D + 4 * t), facc[t]);
         if (MINS) {
             const __m512 M = _mm512_loadu_ps(sw + 4 * TR);
-            for (int t = 0; t < NT; t++)
+            FT_UNROLL for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(M, ft_qg_bcastf(X + 4 * t), facc[t]);
         }
     } else if (FOLD) {
-        for (int t = 0; t < NT; t++)
+        FT_UNROLL for (int t = 0; t < NT; t++)
             facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, ft_qg_bcastf(D + 4 * t)), facc[t]);
     } else {
-        for (int t = 0; t < NT; t++)
+        FT_UNROLL for (int t = 0; t < NT; t++)
             part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
                              : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
         if (MINS) {
             const __m512 M = _mm512_loadu_ps(sw + 4 * TR);
-            for (int t = 0; t < NT; t++)
+            FT_UNROLL for (int t = 0; t < NT; t++)
                 part[t] = _mm512_fmadd_ps(M, ft_qg_bcastf(X + (s * TT + t) * 4), part[t]);
         }
         if (s == nsub - 1)
-            for (int t = 0; t < NT; t++)
+            FT_UNROLL for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(part[t], ft_qg_bcastf(D + 4 * t), facc[t]);
     }
 }
