@@ -96,22 +96,18 @@ static inline void tiles_store(int set, int32_t *sums) {
  * avx512's kernel_tile does; sub-blocks are numbered j = block * nsub + s
  * over the whole row. */
 __attribute__((always_inline)) static inline void scale_sums(const int32_t *sums, int64_t j, const uint8_t *a,
-                                                             const uint8_t *w, __m512 *facc, __m512 *part,
+                                                             const uint8_t *w, __m512 *facc, __m512 *part, float *facc_mem,
                                                              const int G, const int ABLK, const int MINS,
-                                                             const int XINT, const int FOLD, const int NT) {
+                                                             const int FOLD, const int NT) {
     const int nsub = ABLK / G;
     const int s = (int)(j % nsub);
     const uint8_t *ab = a + (size_t)(j / nsub) * ft_qg_ab_bytes_tt(G, ABLK, TT);
     const uint8_t *D = ab + ABLK * TT;
     const uint8_t *X = D + 4 * TT;
     const uint8_t *ws = w + (size_t)j * ft_qg_sb_bytes(TR, G, MINS);
-    __m512i acc[TT];
-    FT_UNROLL for (int t = 0; t < NT; t++) {
-        acc[t] = _mm512_load_si512(sums + t * TR);
-        if (XINT)
-            acc[t] = _mm512_add_epi32(ft_qg_bcast32(X + (s * TT + t) * 4), acc[t]);
-    }
-    ft_qg_scale_sub(acc, s, ws + G * TR, D, X, facc, part, nsub, MINS, FOLD, TR, TT, NT);
+    /* the sums read where the tile store left them, one token at a time */
+    const __m512i *acc = (const __m512i *)(const void *)sums;
+    ft_qg_scale_sub(acc, s, ws + G * TR, D, X, facc, part, facc_mem, nsub, MINS, FOLD, TR, TT, NT);
 }
 
 /* kernel_tile of avx512_qgemm.c with the integer sums from the tile unit;
@@ -123,7 +119,7 @@ __attribute__((always_inline)) static inline void scale_sums(const int32_t *sums
 __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restrict w, const uint8_t *restrict a,
                                                            int64_t k, int n_rows, int n_tok, float *restrict out,
                                                            int64_t ld, const int G, const int ABLK, const int MINS,
-                                                           const int XINT, const int FOLD, const int SIGNED,
+                                                           const int FOLD, const int SIGNED,
                                                            const int NT) {
     configure(G);
     const int nsub = ABLK / G;
@@ -132,8 +128,14 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     const int64_t nsb = k / G;
     int32_t sums[2][TT * TR] __attribute__((aligned(64)));
     __m512 facc[TT], part[TT];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    /* blocks of several sub-blocks: the block sums in memory (scale_sub) */
+    float facc_buf[TT * TR] __attribute__((aligned(64)));
+    float *facc_mem = nsub > 1 && !FOLD && NT > 8 ? facc_buf : NULL;
+    FT_UNROLL for (int t = 0; t < NT; t++) {
         facc[t] = part[t] = _mm512_setzero_ps();
+        if (facc_mem)
+            _mm512_store_ps(facc_mem + 16 * t, facc[t]);
+    }
     tiles_issue(0, a, w, G, SIGNED);
     for (int64_t j = 0; j < nsb; j++) {
         const int set = (int)(j & 1);
@@ -143,32 +145,31 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
             tiles_issue(set ^ 1, a + (size_t)b1 * ab_bytes + (size_t)s1 * TT * G, w + (size_t)(j + 1) * sb_bytes, G, SIGNED);
         }
         if (j > 0)
-            scale_sums(sums[set ^ 1], j - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
+            scale_sums(sums[set ^ 1], j - 1, a, w, facc, part, facc_mem, G, ABLK, MINS, FOLD, NT);
     }
-    scale_sums(sums[(nsb - 1) & 1], nsb - 1, a, w, facc, part, G, ABLK, MINS, XINT, FOLD, NT);
+    scale_sums(sums[(nsb - 1) & 1], nsb - 1, a, w, facc, part, facc_mem, G, ABLK, MINS, FOLD, NT);
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
     FT_UNROLL for (int t = 0; t < NT; t++)
         if (t < n_tok)
-            _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
+            _mm512_mask_storeu_ps(out + t * ld, rows, facc_mem ? _mm512_load_ps(facc_mem + 16 * t) : facc[t]);
 }
 
-/* XINT with the integer start added after the product: the tile is
- * zeroed, not loaded with X, so the sum is X + dot as avx512 forms it.
- * SIGNED: the weight tiles hold the signed quants (below), the product is
- * signed x signed and there is no X to add; the integer sums are the same. */
-#define KERNEL(name, G, ABLK, MINS, XINT, FOLD, SIGNED)                                                      \
+/* SIGNED: the weight tiles hold the signed quants (below), the product is
+ * signed x signed and there is no X to add; the integer sums are the same
+ * as avx512's (X + dot). */
+#define KERNEL(name, G, ABLK, MINS, FOLD, SIGNED)                                                      \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
         if (n_tok <= 8)                                                                                        \
-            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, SIGNED, 8);                   \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, FOLD, SIGNED, 8);                       \
         else                                                                                                   \
-            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, XINT, FOLD, SIGNED, TT);                  \
+            amx_tile(w, a, k, n_rows, n_tok, out, ld, G, ABLK, MINS, FOLD, SIGNED, TT);                      \
     }
-KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, IQ4_XS (signed tiles) */
-KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0, 0)  /* Q4_1, Q5_1 */
-KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0, 0)   /* Q4_K, Q5_K */
-KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0, 0)   /* Q2_K */
-KERNEL(kernel_k16_offset, 16, 256, 0, 0, 0, 1) /* Q3_K (signed tiles) */
-KERNEL(kernel_q6_K_fold, 16, 256, 0, 0, 1, 1)  /* Q6_K (signed tiles; avx512 unpacks its repacked tiles with the scales folded) */
+KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, IQ4_XS (signed tiles) */
+KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)  /* Q4_1, Q5_1 */
+KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)   /* Q4_K, Q5_K */
+KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)   /* Q2_K */
+KERNEL(kernel_k16_offset, 16, 256, 0, 0, 1) /* Q3_K (signed tiles) */
+KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)  /* Q6_K (signed tiles; avx512 unpacks its repacked tiles with the scales folded) */
 
 /* Signed weight tiles: avx512 stores the quants of the types with an
  * offset (Q8_0 q + 128, Q4_0 q + 8 as the file has it, ...) as unsigned

@@ -83,7 +83,7 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
                 FT_UNROLL for (int t = 0; t < TT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W, aq + (gi * TT + t) * 4);
             }
-            ft_qg_scale_sub(acc, s, w + G * TR, D, X, facc, part, nsub, MINS, FOLD, TR, TT, TT);
+            ft_qg_scale_sub(acc, s, w + G * TR, D, X, facc, part, NULL, nsub, MINS, FOLD, TR, TT, TT);
         }
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);

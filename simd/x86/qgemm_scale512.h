@@ -23,10 +23,12 @@ static inline __m512 ft_qg_bcastf(const uint8_t *p) {
 /* Sub-block s of nsub in its activation block; sw: the sub-block's scales
  * (S, then M with MINS); D, X: the block's activation scales and X values
  * (TT tokens per tile). part holds the block's partial sums when nsub > 1
- * and not FOLD; facc gets them at the block's last sub-block. */
+ * and not FOLD; facc gets them at the block's last sub-block, or facc_mem
+ * (16 floats per token) when not NULL: with 16 tokens, part and facc would
+ * be all 32 registers. */
 __attribute__((always_inline)) static inline void ft_qg_scale_sub(const __m512i *acc, int s, const uint8_t *sw,
                                                                   const uint8_t *D, const uint8_t *X, __m512 *facc,
-                                                                  __m512 *part, const int nsub,
+                                                                  __m512 *part, float *facc_mem, const int nsub,
                                                                   const int MINS, const int FOLD, const int TR,
                                                                   const int TT, const int NT) {
     const __m512 S = _mm512_loadu_ps(sw);
@@ -50,7 +52,11 @@ __attribute__((always_inline)) static inline void ft_qg_scale_sub(const __m512i 
             FT_UNROLL for (int t = 0; t < NT; t++)
                 part[t] = _mm512_fmadd_ps(M, ft_qg_bcastf(X + (s * TT + t) * 4), part[t]);
         }
-        if (s == nsub - 1)
+        if (s == nsub - 1 && facc_mem)
+            FT_UNROLL for (int t = 0; t < NT; t++)
+                _mm512_store_ps(facc_mem + 16 * t,
+                                _mm512_fmadd_ps(part[t], ft_qg_bcastf(D + 4 * t), _mm512_load_ps(facc_mem + 16 * t)));
+        else if (s == nsub - 1)
             FT_UNROLL for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(part[t], ft_qg_bcastf(D + 4 * t), facc[t]);
     }
