@@ -36,6 +36,13 @@
  * one (prefetches never fault). */
 #define FT_PREFETCH_DIST 4096
 
+/* Before a loop over a kernel's accumulators (arrays of vectors): GCC then
+ * unrolls it early and keeps the arrays in registers; left to its late
+ * unroller they stay arrays in memory, loaded and stored around every
+ * block (the amx Q8_0 GEMM kernel, one thread: 338 -> 411 GMAC/s). */
+#define FT_PRAGMA(x) _Pragma(#x)
+#define FT_UNROLL(n) FT_PRAGMA(GCC unroll n)
+
 /* Unpacked sub-block scales of a K-quant block, 16 bytes as four
  * little-endian 32-bit words. Kernels turn them into a vector with
  * _mm_setr_epi32 / vcombine_u8: writing a byte array and reloading it as a

@@ -52,12 +52,6 @@
 
 #define FT_QG_TT 8 /* tokens per activation tile, every level */
 
-/* Before a loop over a kernel's per-token accumulators (arrays of vectors):
- * unrolled early, GCC keeps them in registers; left for its late unroller,
- * they stay arrays in memory, loaded and stored around every sub-block (amx
- * Q8_0 kernel, one thread: 338 -> 411 GMAC/s). */
-#define FT_UNROLL _Pragma("GCC unroll 16")
-
 /* How an activation tile's X values are made. */
 enum ft_qg_xmode {
     FT_QG_X_OFFSET, /* int32: -offset * sum of the sub-block's quants */

@@ -131,7 +131,7 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     /* blocks of several sub-blocks: the block sums in memory (scale_sub) */
     float facc_buf[TT * TR] __attribute__((aligned(64)));
     float *facc_mem = nsub > 1 && !FOLD && NT > 8 ? facc_buf : NULL;
-    FT_UNROLL for (int t = 0; t < NT; t++) {
+    FT_UNROLL(16) for (int t = 0; t < NT; t++) {
         facc[t] = part[t] = _mm512_setzero_ps();
         if (facc_mem)
             _mm512_store_ps(facc_mem + 16 * t, facc[t]);
@@ -149,7 +149,7 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
     }
     scale_sums(sums[(nsb - 1) & 1], nsb - 1, a, w, facc, part, facc_mem, G, ABLK, MINS, FOLD, NT);
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         if (t < n_tok)
             _mm512_mask_storeu_ps(out + t * ld, rows, facc_mem ? _mm512_load_ps(facc_mem + 16 * t) : facc[t]);
 }

@@ -153,33 +153,33 @@ __attribute__((always_inline)) static inline void kernel_nt(const uint8_t *restr
                                                             int64_t k, int n_rows, float *restrict out, int64_t ld,
                                                             const int NT) {
     __m512 facc[TT];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         facc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / FT_QK_K; b++, w += W_SB, a += A_SB) {
         __m512i S[TT], M[TT];
         for (int s = 0; s < NSUB; s++) {
             const uint8_t *ws = w + W_SUB0 + s * W_SUB, *as = a + (size_t)s * 8 * TT * 4;
             __m512i acc[TT];
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 acc[t] = _mm512_setzero_si512();
             for (int g = 0; g < 8; g++) {
                 const __m512i W = _mm512_loadu_si512(ws + 64 * g);
-                FT_UNROLL for (int t = 0; t < NT; t++)
+                FT_UNROLL(16) for (int t = 0; t < NT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W, as + (g * TT + t) * 4);
             }
             const __m512i sc = _mm512_loadu_si512(ws + 8 * TR * 4);
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 S[t] = s == 0 ? _mm512_mullo_epi32(acc[t], sc) : _mm512_add_epi32(S[t], _mm512_mullo_epi32(acc[t], sc));
         }
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             M[t] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {
             const __m512i mp = _mm512_loadu_si512(w + W_MP + p * TR * 4);
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 M[t] = _mm512_dpwssd_epi32(M[t], mp, bcast32(a + A_BP + (p * TT + t) * 4));
         }
         const __m512 d = _mm512_loadu_ps(w), dmin = _mm512_loadu_ps(w + TR * 4);
-        FT_UNROLL for (int t = 0; t < NT; t++) {
+        FT_UNROLL(16) for (int t = 0; t < NT; t++) {
             float D;
             memcpy(&D, a + A_D + 4 * t, 4);
             const __m512 f = _mm512_fmsub_ps(d, _mm512_cvtepi32_ps(S[t]), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(M[t])));
@@ -187,7 +187,7 @@ __attribute__((always_inline)) static inline void kernel_nt(const uint8_t *restr
         }
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }
 

@@ -39,25 +39,26 @@ static inline __attribute__((always_inline)) void small_tile(enum ft_type wt, co
                                                              int rv) {
     const size_t esz = wt == FT_TYPE_F32 ? 4 : 2;
     ftv acc[2][SMALL_M];
-    for (int r = 0; r < 2; r++) /* all of it: GCC cannot tell R x T covers the reads */
-        for (int t = 0; t < SMALL_M; t++)
+    FT_UNROLL(8) for (int r = 0; r < 2; r++) /* all of it: GCC cannot tell R x T covers the reads */
+        FT_UNROLL(8) for (int t = 0; t < SMALL_M; t++)
             acc[r][t] = ftv_zero();
     for (int64_t kk = 0; kk < k; kk += FTV_N) {
         ftv wv[2];
-        for (int r = 0; r < R; r++) {
+        FT_UNROLL(8) for (int r = 0; r < R; r++) {
             const char *wr = w + (size_t)(r < rv ? r : 0) * w_row + (size_t)kk * esz;
             _mm_prefetch(wr + FT_PREFETCH_DIST, _MM_HINT_T0);
             wv[r] = load_w(wt, wr, k - kk);
         }
-        for (int t = 0; t < T; t++) {
+        FT_UNROLL(8) for (int t = 0; t < T; t++) {
             const ftv av = ftv_load_n(a + t * k + kk, k - kk);
-            for (int r = 0; r < R; r++)
+            FT_UNROLL(8) for (int r = 0; r < R; r++)
                 acc[r][t] = ftv_fmadd(wv[r], av, acc[r][t]);
         }
     }
-    for (int r = 0; r < rv; r++)
-        for (int t = 0; t < T; t++)
-            c[t * ldc + r] = ftv_hsum(acc[r][t]);
+    FT_UNROLL(8) for (int r = 0; r < R; r++)
+        FT_UNROLL(8) for (int t = 0; t < T; t++)
+            if (r < rv)
+                c[t * ldc + r] = ftv_hsum(acc[r][t]);
 }
 
 #define SMALL_CASE(R, T)                                                                                          \

@@ -103,7 +103,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 facc[TH];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         facc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
         const uint8_t *D = a + ABLK * TA + 4 * t0;
@@ -119,7 +119,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                 _mm_prefetch((const char *)w + FT_PREFETCH_DIST + 64, _MM_HINT_T0);
             }
             __m256i acc[TH];
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 acc[t] = XINT ? bcast32(X + (s * TA + t) * 4) : _mm256_setzero_si256();
             const uint8_t *aq = a + (size_t)s * ngrp * TA * 4 + 4 * t0;
             __m256i W6[4];
@@ -140,7 +140,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     W0 = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
                     W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
                 }
-                FT_UNROLL for (int t = 0; t < NT; t++) {
+                FT_UNROLL(16) for (int t = 0; t < NT; t++) {
                     const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TA + t) * 4));
                     const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TA + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
@@ -151,22 +151,22 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                              : RAW == RAW_Q6_K ? rw_q6_K_scales(d6, w + 96)
                                                : _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
             if (nsub == 1) {
-                FT_UNROLL for (int t = 0; t < NT; t++)
+                FT_UNROLL(16) for (int t = 0; t < NT; t++)
                     facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), S),
                                               _mm256_set1_ps(ldf(D + 4 * t)), facc[t]);
                 if (MINS) {
                     const __m256 M = _mm256_loadu_ps((const float *)(const void *)(w + G * TR + 4 * TR));
-                    FT_UNROLL for (int t = 0; t < NT; t++)
+                    FT_UNROLL(16) for (int t = 0; t < NT; t++)
                         facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + 4 * t)), facc[t]);
                 }
             } else {
-                FT_UNROLL for (int t = 0; t < NT; t++) {
+                FT_UNROLL(16) for (int t = 0; t < NT; t++) {
                     const __m256 SD = _mm256_mul_ps(S, _mm256_set1_ps(ldf(D + 4 * t)));
                     facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), SD, facc[t]);
                 }
                 if (MINS) {
                     const __m256 M = _mm256_loadu_ps((const float *)(const void *)(w + G * TR + 4 * TR));
-                    FT_UNROLL for (int t = 0; t < NT; t++)
+                    FT_UNROLL(16) for (int t = 0; t < NT; t++)
                         facc[t] = _mm256_fmadd_ps(M, _mm256_set1_ps(ldf(X + (s * TA + t) * 4) * ldf(D + 4 * t)),
                                                   facc[t]);
                 }
@@ -174,7 +174,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
         }
     }
     const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         if (t0 + t < n_tok)
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }
@@ -190,30 +190,30 @@ static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict 
     const size_t ab_bytes = ft_qg_ab_bytes(G, G);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 facc[TH];
-    FT_UNROLL for (int t = 0; t < TH; t++)
+    FT_UNROLL(16) for (int t = 0; t < TH; t++)
         facc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / G; b++, a += ab_bytes, w += sb_bytes) {
         const uint8_t *D = a + G * TT + 4 * t0;
         const uint8_t *aq = a + 4 * t0;
         __m256i acc[TH];
-        FT_UNROLL for (int t = 0; t < TH; t++)
+        FT_UNROLL(16) for (int t = 0; t < TH; t++)
             acc[t] = _mm256_setzero_si256();
         for (int gi = 0; gi < NGRP; gi++) {
             const __m256i Ws = _mm256_loadu_si256((const __m256i *)(w + gi * 32));
             const __m256i Wa = _mm256_abs_epi8(Ws);
-            FT_UNROLL for (int t = 0; t < TH; t++) {
+            FT_UNROLL(16) for (int t = 0; t < TH; t++) {
                 const __m256i x = _mm256_sign_epi8(bcast32(aq + (gi * TT + t) * 4), Ws);
                 acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(Wa, x), ones));
                 FT_QG_KEEP_ORDER(acc[t]);
             }
         }
         const __m256 S = _mm256_loadu_ps((const float *)(const void *)(w + G * TR));
-        FT_UNROLL for (int t = 0; t < TH; t++)
+        FT_UNROLL(16) for (int t = 0; t < TH; t++)
             facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[t]), S), _mm256_set1_ps(ldf(D + 4 * t)),
                                       facc[t]);
     }
     const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    FT_UNROLL for (int t = 0; t < TH; t++)
+    FT_UNROLL(16) for (int t = 0; t < TH; t++)
         if (t0 + t < n_tok)
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }

@@ -165,11 +165,11 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
                                                               const int Q5) {
     const int widen = Q5 ? 4 : NGRP; /* groups per vpmaddwd */
     __m256 facc[TH];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         facc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / FT_QK_K; b++, w += W_SB, a += A_SB) {
         __m256i acc[TH];
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             acc[t] = _mm256_setzero_si256();
         for (int s = 0; s < NSUB; s++) {
             const __m256i SC = _mm256_loadu_si256((const __m256i *)(const void *)(w + W_SC + 32 * s));
@@ -178,19 +178,19 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
             for (int gi = 0; gi < NGRP; gi++) {
                 const int g = s * NGRP + gi;
                 const __m256i W = _mm256_loadu_si256((const __m256i *)(const void *)(w + W_Q + 32 * g));
-                FT_UNROLL for (int t = 0; t < NT; t++) {
+                FT_UNROLL(16) for (int t = 0; t < NT; t++) {
                     const __m256i p = _mm256_maddubs_epi16(W, bcast32(a + 4 * (g * TT + t0 + t)));
                     sum[t] = gi % widen == 0 ? p : _mm256_add_epi16(sum[t], p);
                     FT_QG_KEEP_ORDER(sum[t]);
                 }
                 if (gi % widen == widen - 1)
-                    FT_UNROLL for (int t = 0; t < NT; t++)
+                    FT_UNROLL(16) for (int t = 0; t < NT; t++)
                         acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(sum[t], SC));
             }
         }
         const __m256 d = _mm256_loadu_ps((const float *)(const void *)w);
         const __m256 dmin = _mm256_loadu_ps((const float *)(const void *)(w + 4 * TR));
-        FT_UNROLL for (int t = 0; t < NT; t++) {
+        FT_UNROLL(16) for (int t = 0; t < NT; t++) {
             __m256i m = _mm256_setzero_si256();
             for (int p = 0; p < 4; p++)
                 m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + W_MP + 32 * p)),
@@ -202,7 +202,7 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
         }
     }
     const __m256i rows = _mm256_cmpgt_epi32(_mm256_set1_epi32(n_rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         if (t0 + t < n_tok)
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }

@@ -67,7 +67,7 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
     const size_t sb_bytes = ft_qg_sb_bytes(TR, G, MINS);
     const size_t ab_bytes = ft_qg_ab_bytes(G, ABLK);
     __m512 facc[TT];
-    FT_UNROLL for (int t = 0; t < TT; t++)
+    FT_UNROLL(16) for (int t = 0; t < TT; t++)
         facc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / ABLK; b++, a += ab_bytes) {
         const uint8_t *D = a + ABLK * TT;
@@ -75,19 +75,19 @@ __attribute__((always_inline)) static inline void kernel_tile(const uint8_t *res
         __m512 part[TT];
         for (int s = 0; s < nsub; s++, w += sb_bytes) {
             __m512i acc[TT];
-            FT_UNROLL for (int t = 0; t < TT; t++)
+            FT_UNROLL(16) for (int t = 0; t < TT; t++)
                 acc[t] = XINT ? ft_qg_bcast32(X + (s * TT + t) * 4) : _mm512_setzero_si512();
             const uint8_t *aq = a + (size_t)s * ngrp * TT * 4;
             for (int gi = 0; gi < ngrp; gi++) {
                 const __m512i W = _mm512_loadu_si512(w + gi * 64);
-                FT_UNROLL for (int t = 0; t < TT; t++)
+                FT_UNROLL(16) for (int t = 0; t < TT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W, aq + (gi * TT + t) * 4);
             }
             ft_qg_scale_sub(acc, s, w + G * TR, D, X, facc, part, NULL, nsub, MINS, FOLD, TR, TT, TT);
         }
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    FT_UNROLL for (int t = 0; t < TT; t++)
+    FT_UNROLL(16) for (int t = 0; t < TT; t++)
         if (t < n_tok)
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }
@@ -444,7 +444,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
     const uint8_t *wa = w, *wb = w + hb;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512 facc[TT];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         facc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / 32; b++, a += ab_bytes, wa += RW_Q4_0_BLOCK, wb += RW_Q4_0_BLOCK) {
         const size_t skip = pair_prefetch_skip(b * RW_Q4_0_BLOCK, hb);
@@ -455,7 +455,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
         const uint8_t *D = a + 32 * TA;
         const uint8_t *X = D + 4 * TA;
         __m512i acc[TT];
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             acc[t] = ft_qg_bcast32(X + 4 * t);
         for (int j = 0; j < 4; j++) {
             const __m512i Z = _mm512_inserti64x4(
@@ -463,7 +463,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
                 _mm256_loadu_si256((const __m256i *)(const void *)(wb + 32 * j)), 1);
             const __m512i lo = _mm512_and_si512(Z, m4);
             const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(Z, 4), m4);
-            FT_UNROLL for (int t = 0; t < NT; t++) {
+            FT_UNROLL(16) for (int t = 0; t < NT; t++) {
                 acc[t] = dpbusd_bcast(acc[t], lo, a + (j * TA + t) * 4);
                 acc[t] = dpbusd_bcast(acc[t], hi, a + ((4 + j) * TA + t) * 4);
             }
@@ -472,11 +472,11 @@ __attribute__((always_inline)) static inline void kernel_rw_q4_0_nt(const uint8_
             _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(wa + 4 * 32))),
             _mm_loadu_si128((const __m128i *)(const void *)(wb + 4 * 32)), 1);
         const __m512 S = _mm512_cvtph_ps(h16);
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), ft_qg_bcastf(D + 4 * t), facc[t]);
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         if (t < n_tok)
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }
@@ -530,7 +530,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
     const uint8_t *const w0 = w;
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512 facc[TT];
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         facc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / FT_QK_K; b++, a += ab_bytes) {
         const uint8_t *D = a + FT_QK_K * TA;
@@ -538,7 +538,7 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
         const __m512 d = _mm512_cvtph_ps(pair128(w, hb));
         w += 2 * HR;
         __m512 DT[TT];
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             DT[t] = ft_qg_bcastf(D + 4 * t);
         for (int s = 0; s < 16; s++, w += RW_Q6_K_SUB) {
             const char *pf = (const char *)w + pair_prefetch_skip((size_t)(w - w0), hb) + FT_PREFETCH_DIST;
@@ -555,22 +555,22 @@ __attribute__((always_inline)) static inline void kernel_rw_q6_K_nt(const uint8_
                                 _mm512_and_si512(_mm512_srli_epi16(H, 2), m30))};
             const uint8_t *aq = a + (size_t)s * 4 * TA * 4;
             __m512i acc[TT];
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 acc[t] = ft_qg_bcast32(X + (s * TA + t) * 4);
             for (int j = 0; j < 4; j++)
-                FT_UNROLL for (int t = 0; t < NT; t++)
+                FT_UNROLL(16) for (int t = 0; t < NT; t++)
                     acc[t] = dpbusd_bcast(acc[t], W[j], aq + (j * TA + t) * 4);
             uint64_t sa, sb;
             memcpy(&sa, w + 96, 8);
             memcpy(&sb, w + hb + 96, 8);
             const __m512 S = _mm512_mul_ps(
                 d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_set_epi64x((long long)sb, (long long)sa))));
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, DT[t]), facc[t]);
         }
     }
     const __mmask16 rows = (__mmask16)((1u << n_rows) - 1u);
-    FT_UNROLL for (int t = 0; t < NT; t++)
+    FT_UNROLL(16) for (int t = 0; t < NT; t++)
         if (t < n_tok)
             _mm512_mask_storeu_ps(out + t * ld, rows, facc[t]);
 }

@@ -103,9 +103,6 @@ static inline void store_tile(ftv acc[MR][2], float *ct, bool add) {
     }
 }
 
-#define FT_PRAGMA(x) _Pragma(#x)
-#define FT_UNROLL(n) FT_PRAGMA(GCC unroll n)
-
 static void kernel_f32(int64_t kc, const float *restrict a, const float *restrict b, float *ct, bool add) {
     ftv acc[MR][2];
     FT_UNROLL(FT_GEMM_MR)

@@ -33,31 +33,31 @@ __attribute__((always_inline)) static inline void ft_qg_scale_sub(const __m512i 
                                                                   const int TT, const int NT) {
     const __m512 S = _mm512_loadu_ps(sw);
     if (nsub == 1) {
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             facc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S), ft_qg_bcastf(D + 4 * t), facc[t]);
         if (MINS) {
             const __m512 M = _mm512_loadu_ps(sw + 4 * TR);
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(M, ft_qg_bcastf(X + 4 * t), facc[t]);
         }
     } else if (FOLD) {
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(S, ft_qg_bcastf(D + 4 * t)), facc[t]);
     } else {
-        FT_UNROLL for (int t = 0; t < NT; t++)
+        FT_UNROLL(16) for (int t = 0; t < NT; t++)
             part[t] = s == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(acc[t]), S)
                              : _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), S, part[t]);
         if (MINS) {
             const __m512 M = _mm512_loadu_ps(sw + 4 * TR);
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 part[t] = _mm512_fmadd_ps(M, ft_qg_bcastf(X + (s * TT + t) * 4), part[t]);
         }
         if (s == nsub - 1 && facc_mem)
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 _mm512_store_ps(facc_mem + 16 * t,
                                 _mm512_fmadd_ps(part[t], ft_qg_bcastf(D + 4 * t), _mm512_load_ps(facc_mem + 16 * t)));
         else if (s == nsub - 1)
-            FT_UNROLL for (int t = 0; t < NT; t++)
+            FT_UNROLL(16) for (int t = 0; t < NT; t++)
                 facc[t] = _mm512_fmadd_ps(part[t], ft_qg_bcastf(D + 4 * t), facc[t]);
     }
 }
