@@ -35,11 +35,6 @@
 #define MIN_TOKENS 8
 
 
-/* An empty asm that "changes" an accumulator: GCC otherwise reassociates
- * the integer sums of a block into a tree, computes every product first
- * and spills them (one thread, GMAC/s: Q8_0 51 -> 56-58, Q4_0 76-79 -> 80-84). */
-#define FT_QG_KEEP_ORDER(v) __asm__("" : "+x"(v))
-
 static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ft_qg_ld32(p)); }
 static inline float ldf(const uint8_t *p) {
     float f;
@@ -144,7 +139,7 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TA + t) * 4));
                     const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TA + t) * 4));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
-                    FT_QG_KEEP_ORDER(acc[t]);
+                    FT_KEEP_ORDER(acc[t]);
                 }
             }
             const __m256 S = RAW == RAW_Q4_0   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 4 * 32)))
@@ -204,7 +199,7 @@ static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict 
             FT_UNROLL(16) for (int t = 0; t < TH; t++) {
                 const __m256i x = _mm256_sign_epi8(bcast32(aq + (gi * TT + t) * 4), Ws);
                 acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(Wa, x), ones));
-                FT_QG_KEEP_ORDER(acc[t]);
+                FT_KEEP_ORDER(acc[t]);
             }
         }
         const __m256 S = _mm256_loadu_ps((const float *)(const void *)(w + G * TR));

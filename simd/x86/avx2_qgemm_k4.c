@@ -151,9 +151,6 @@ static void pack_a(const void *a, size_t a_row, int n_tok, int64_t k, void *tile
 
 /* ---- kernel --------------------------------------------------------------------------- */
 
-/* An empty asm that "changes" a sum, as in avx2_qgemm.c: GCC otherwise
- * computes a sub-block's products first, as a tree, and spills them. */
-#define FT_QG_KEEP_ORDER(v) __asm__("" : "+x"(v))
 
 static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ft_qg_ld32(p)); }
 
@@ -181,7 +178,7 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
                 FT_UNROLL(16) for (int t = 0; t < NT; t++) {
                     const __m256i p = _mm256_maddubs_epi16(W, bcast32(a + 4 * (g * TT + t0 + t)));
                     sum[t] = gi % widen == 0 ? p : _mm256_add_epi16(sum[t], p);
-                    FT_QG_KEEP_ORDER(sum[t]);
+                    FT_KEEP_ORDER(sum[t]);
                 }
                 if (gi % widen == widen - 1)
                     FT_UNROLL(16) for (int t = 0; t < NT; t++)
