@@ -184,7 +184,7 @@ class Engine:
 
 
 # Kernel levels, best first within each architecture (ft's --isa names).
-FT_LEVELS = ["amx", "avx512", "avx2", "neon-i8mm", "neon-dotprod", "neon"]
+FT_LEVELS = ["amx", "avx512", "avx-vnni", "avx2", "neon-i8mm", "neon-dotprod", "neon"]
 
 
 def ft_levels(ft_bin, spec):

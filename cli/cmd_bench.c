@@ -241,7 +241,7 @@ static int parse_isas(const char *s, enum ft_isa *out) {
         enum ft_isa isa;
         if (ft_isa_parse(tok, &isa) != FT_OK || n == FT_ISA_COUNT) {
             fprintf(stderr,
-                    "ft bench: --isa expects 'all' or a list of at most %d levels (scalar, avx2, avx512, amx, neon, "
+                    "ft bench: --isa expects 'all' or a list of at most %d levels (scalar, avx2, avx-vnni, avx512, amx, neon, "
                     "neon-dotprod, neon-i8mm, auto), got '%s'\n",
                     FT_ISA_COUNT, s);
             return -1;

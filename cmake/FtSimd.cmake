@@ -37,6 +37,10 @@ function(ft_simd_sources out_sources out_defs)
     set(avx2 ${root}/simd/x86/avx2_quant.c ${root}/simd/x86/avx2_float_gemm.c ${root}/simd/x86/avx2_attn.c
              ${root}/simd/x86/avx2_ops.c ${root}/simd/x86/avx2_qgemm.c
              ${root}/simd/x86/avx2_qgemm_k4.c)
+    # avx-vnni: the avx2 GEMM files again, with AVX-VNNI (simd/x86/dot256.h).
+    set(avx_vnni ${root}/simd/x86/avx_vnni_qgemm.c ${root}/simd/x86/avx_vnni_qgemm_k4.c)
+    set_source_files_properties(${avx_vnni} PROPERTIES COMPILE_OPTIONS
+      "-mavx2;-mfma;-mf16c;-mavxvnni;-ffp-contract=off")
     set(avx512 ${root}/simd/x86/avx512_quant.c ${root}/simd/x86/avx512_float_gemm.c ${root}/simd/x86/avx512_attn.c
                ${root}/simd/x86/avx512_ops.c ${root}/simd/x86/avx512_qgemm.c)
     set_source_files_properties(${avx2} PROPERTIES COMPILE_OPTIONS
@@ -52,7 +56,7 @@ function(ft_simd_sources out_sources out_defs)
     set(amx ${root}/simd/x86/amx_qgemm.c ${root}/simd/x86/amx_qgemm_k4.c ${root}/simd/x86/amx_qgemm_k4_vnni.c ${root}/simd/x86/amx_float_gemm.c)
     set_source_files_properties(${amx} PROPERTIES COMPILE_OPTIONS
       "-mamx-tile;-mamx-int8;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c;-ffp-contract=off")
-    list(APPEND srcs ${avx2} ${avx512} ${amx})
+    list(APPEND srcs ${avx2} ${avx_vnni} ${avx512} ${amx})
     list(APPEND defs FT_SIMD_X86=1)
   elseif(FT_SIMD_ARCH STREQUAL "aarch64")
     set(neon ${root}/simd/arm/neon_quant.c ${root}/simd/arm/neon_float_gemm.c ${root}/simd/arm/neon_attn.c

@@ -35,6 +35,7 @@
 static const char *const k_isa_names[FT_ISA_COUNT] = {
     [FT_ISA_SCALAR] = "scalar",
     [FT_ISA_AVX2] = "avx2",
+    [FT_ISA_AVX_VNNI] = "avx-vnni",
     [FT_ISA_AVX512] = "avx512",
     [FT_ISA_NEON] = "neon",
     [FT_ISA_NEON_DOTPROD] = "neon-dotprod",
@@ -202,6 +203,10 @@ int ft_isa_parse(const char *name, enum ft_isa *out) {
             return FT_OK;
         }
     }
+    if (strcasecmp(name, "avx_vnni") == 0 || strcasecmp(name, "avxvnni") == 0) {
+        *out = FT_ISA_AVX_VNNI;
+        return FT_OK;
+    }
     if (strcasecmp(name, "dotprod") == 0 || strcasecmp(name, "neon_dotprod") == 0) {
         *out = FT_ISA_NEON_DOTPROD;
         return FT_OK;
@@ -251,7 +256,7 @@ static int resolve(const char *what, const char *name, enum ft_isa *out) {
     enum ft_isa isa;
     if (ft_isa_parse(name, &isa) != FT_OK) {
         snprintf(g_error, sizeof(g_error),
-                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx512, amx, neon, neon-dotprod or "
+                 "%s=%s: unknown kernel level (expected auto, scalar, avx2, avx-vnni, avx512, amx, neon, neon-dotprod or "
                  "neon-i8mm)",
                  what, name ? name : "(null)");
         return FT_EINVAL;

@@ -69,6 +69,10 @@ void ft_avx512_ops_fill(struct ft_level *l);
  * integers (avx2_qgemm_k4.c; the amx kernels' floats). NULL for other
  * types. */
 const struct ft_qgemm *ft_avx2_qgemm_k4(enum ft_type t);
+/* The avx-vnni level: avx2_qgemm.c and avx2_qgemm_k4.c compiled again with
+ * AVX-VNNI (avx_vnni_qgemm.c, avx_vnni_qgemm_k4.c). */
+void ft_avx_vnni_qgemm_fill(struct ft_level *l);
+const struct ft_qgemm *ft_avx_vnni_qgemm_k4(enum ft_type t);
 /* The Q4_K/Q5_K kernels that take the sub-block scales into their integer
  * sums (avx2 and amx levels) are on unless FT_KQUANT_INT_SCALES=0, which
  * keeps the kernels that scale each 32-element sub-block in floats. */

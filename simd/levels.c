@@ -32,6 +32,7 @@ static bool runs_always(const struct ft_cpu_info *c) {
 
 #ifdef FT_SIMD_X86
 static bool runs_avx2(const struct ft_cpu_info *c) { return c->avx && c->avx2 && c->fma && c->f16c; }
+static bool runs_avx_vnni(const struct ft_cpu_info *c) { return c->avx_vnni; }
 static bool runs_avx512(const struct ft_cpu_info *c) {
     return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512_vnni;
 }
@@ -51,6 +52,11 @@ static const struct ft_level_desc k_levels[] = {
      .needs = "x86-64 with AVX2, FMA and F16C",
      .runs = runs_avx2,
      .fill = {ft_avx2_quant_fill, ft_avx2_qgemm_fill, ft_avx2_float_gemm_fill, ft_avx2_attn_fill, ft_avx2_ops_fill}},
+    {.isa = FT_ISA_AVX_VNNI, /* avx2's kernels; its GEMM files again with vpdpbusd/vpdpwssd */
+     .base = FT_ISA_AVX2,
+     .needs = "the avx2 level's features and AVX-VNNI",
+     .runs = runs_avx_vnni,
+     .fill = {ft_avx_vnni_qgemm_fill}},
     {.isa = FT_ISA_AVX512,
      .base = FT_ISA_AVX2,
      .needs = "x86-64 with AVX2, FMA, F16C, AVX-512 F/BW/VL/DQ and AVX512_VNNI",

@@ -30,15 +30,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* One architecture's levels weakest first: the best level a CPU runs is
+ * the last one it supports. */
 enum ft_isa {
     FT_ISA_SCALAR = 0,
     FT_ISA_AVX2 = 1,
-    FT_ISA_AVX512 = 2,
-    FT_ISA_NEON = 3,
-    FT_ISA_NEON_DOTPROD = 4,
-    FT_ISA_NEON_I8MM = 5,
-    FT_ISA_AMX = 6, /* avx512 + AMX tiles for prefill (after the ARM ones: one arch's levels stay in order) */
-    FT_ISA_COUNT = 7,
+    FT_ISA_AVX_VNNI = 2, /* avx2 + AVX-VNNI (vpdpbusd on ymm) for the GEMM */
+    FT_ISA_AVX512 = 3,
+    FT_ISA_AMX = 4, /* avx512 + AMX tiles for prefill */
+    FT_ISA_NEON = 5,
+    FT_ISA_NEON_DOTPROD = 6,
+    FT_ISA_NEON_I8MM = 7,
+    FT_ISA_COUNT = 8,
 };
 
 struct ft_cpu_info {

@@ -17,13 +17,32 @@
  * weight scale (S * D) instead of being applied once per 256 elements.
  *
  * Weight tiles come from the portable packers of simd/qgemm_pack.h (8 rows).
+ *
+ * The avx-vnni level compiles this file again with FT_AVX_VNNI
+ * (avx_vnni_qgemm.c): there vpdpbusd takes the products into the int32
+ * sums directly (simd/x86/dot256.h), with no 16-bit step and so no bound on
+ * the unsigned quants, and Q8_0 (and the lookup-table types packed as it)
+ * goes through kernel_half like Q4_0: its tiles hold q + 128, and the
+ * activations' X (-128 times their sum) starts each block's sum. The
+ * integer sums, and so the floats, are the avx2 level's.
  */
 #include "simd/kernels.h"
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
+#include "simd/x86/dot256.h"
 #include "simd/x86/rows8.h"
 
 #include <immintrin.h>
+
+#if FT_AVX_VNNI
+#define QGEMM_FILL ft_avx_vnni_qgemm_fill
+#define QGEMM_K4 ft_avx_vnni_qgemm_k4
+#define Q8_BIAS 0x80 /* Q8_0's tiles hold q + 128, unsigned */
+#else
+#define QGEMM_FILL ft_avx2_qgemm_fill
+#define QGEMM_K4 ft_avx2_qgemm_k4
+#define Q8_BIAS 0 /* Q8_0's tiles hold q, signed (kernel_q8_0) */
+#endif
 
 #define TR 8 /* weight rows per tile */
 #define TT FT_QG_TT
@@ -95,7 +114,6 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                             : RAW == RAW_Q6_K ? RW_Q6_K_SUB
                                               : ft_qg_sb_bytes(TR, G, MINS);
     const size_t ab_bytes = ft_qg_ab_bytes_tt(G, ABLK, TA);
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 facc[TH];
     FT_UNROLL(16) for (int t = 0; t < NT; t++)
@@ -136,9 +154,8 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
                     W1 = _mm256_loadu_si256((const __m256i *)(w + gi * 32 + 32));
                 }
                 FT_UNROLL(16) for (int t = 0; t < NT; t++) {
-                    const __m256i p0 = _mm256_maddubs_epi16(W0, bcast32(aq + (g0 * TA + t) * 4));
-                    const __m256i p1 = _mm256_maddubs_epi16(W1, bcast32(aq + (g1 * TA + t) * 4));
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+                    acc[t] = ft_dot_pair256(acc[t], W0, bcast32(aq + (g0 * TA + t) * 4), W1,
+                                            bcast32(aq + (g1 * TA + t) * 4));
                     FT_KEEP_ORDER(acc[t]);
                 }
             }
@@ -174,8 +191,9 @@ __attribute__((always_inline)) static inline void kernel_half(const uint8_t *res
             _mm256_maskstore_ps(out + (t0 + t) * ld, rows, facc[t]);
 }
 
+#if !FT_AVX_VNNI
 /* Q8_0: 8 rows x 4 tokens like kernel_half, but the tile holds the quants
- * as signed bytes (pack_w_q8_0_signed; the lookup-table types' values too),
+ * as signed bytes (pack_w_q8_0_tile; the lookup-table types' values too),
  * and each token's activation bytes take the weights' signs so vpmaddubsw
  * sees |w| (unsigned) times sign(w) * x (signed): exact, no offset term. */
 static void kernel_q8_0_half(const uint8_t *restrict w, const uint8_t *restrict a, int64_t k, int n_rows, int n_tok,
@@ -218,6 +236,7 @@ static void kernel_q8_0(const void *w, const void *a, int64_t k, int n_rows, int
     if (n_tok > TH)
         kernel_q8_0_half(w, a, k, n_rows, n_tok, TH, out, ld);
 }
+#endif
 
 #define KERNEL(name, G, ABLK, MINS, XINT)                                                                    \
     static void name(const void *w, const void *a, int64_t k, int n_rows, int n_tok, float *out, int64_t ld) { \
@@ -465,7 +484,7 @@ static void unpack_rw_q6_K(const void *rw, int64_t k, void *tile) {
     static void name(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) { \
         ft_qg_pack_a(a, a_row, n_tok, k, tile, ACT, G, XMODE, OFF);                   \
     }
-PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 0) /* kernel_q8_0 reads no X */
+PACK_A(pack_a_q8_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, Q8_BIAS) /* X: avx-vnni's; kernel_q8_0 reads none */
 PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, FT_QG_X_OFFSET, 16)
 PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, FT_QG_X_S, 0)
 PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, FT_QG_X_SUM, 0)
@@ -503,20 +522,21 @@ SIZES(size_k16_offset, 16, 256, 0)
                                           .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t,                  \
                                           .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t,                \
                                           .kernel_rw1 = kernel_rw1_##t};
-/* Q8_0's quants as they are (signed): group j of a block. */
-static inline uint32_t group_q8_0_signed(int c, const uint8_t *blk, int j) {
+/* Q8_0's quants, XOR Q8_BIAS: group j of a block. */
+static inline uint32_t group_q8_0_tile(int c, const uint8_t *blk, int j) {
     (void)c;
-    return ft_qg_ld32(blk + 2 + 4 * j);
+    return ft_qg_ld32(blk + 2 + 4 * j) ^ (Q8_BIAS * 0x01010101u);
 }
 
-/* Q8_0's signed quants by the transposes of pack_w_q4_0_fast (each row's
- * 32 bytes are two loads); a partial tile through the portable packer. */
-static void pack_w_q8_0_signed(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+/* Q8_0's quants (XOR Q8_BIAS) by the transposes of pack_w_q4_0_fast (each
+ * row's 32 bytes are two loads); a partial tile through the portable packer. */
+static void pack_w_q8_0_tile(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
     if (n_rows < TR) {
-        ft_qg_pack_w(w, w_row, n_rows, k, tile, TR, 32, 0, 32, sizeof(ft_block_q8_0), group_q8_0_signed,
+        ft_qg_pack_w(w, w_row, n_rows, k, tile, TR, 32, 0, 32, sizeof(ft_block_q8_0), group_q8_0_tile,
                      ft_qg_scales_d0);
         return;
     }
+    const __m256i bias = _mm256_set1_epi8((char)Q8_BIAS);
     const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
     uint8_t *o = tile;
     for (int64_t b = 0; b < k / 32; b++, o += sb) {
@@ -525,7 +545,7 @@ static void pack_w_q8_0_signed(const void *w, size_t w_row, int n_rows, int64_t 
         for (int h = 0; h < 2; h++) {
             ft_rows8_dwords4(p + 2 + 16 * h, w_row, t);
             for (int j = 0; j < 4; j++)
-                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 * h + j)), t[j]);
+                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 * h + j)), _mm256_xor_si256(t[j], bias));
         }
         uint16_t d[TR];
         for (int r = 0; r < TR; r++)
@@ -533,15 +553,20 @@ static void pack_w_q8_0_signed(const void *w, size_t w_row, int n_rows, int64_t 
         _mm256_storeu_ps((float *)(void *)(o + 32 * TR), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d)));
     }
 }
-ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0_signed, pack_a_q8_0, kernel_q8_0)
-/* The lookup-table types: their values packed as Q8_0's (signed), Q8_0's kernel. */
-FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, 0)
+#if FT_AVX_VNNI
+#define KERNEL_Q8 kernel_q4_0_class /* unsigned tiles, X from the activations */
+#else
+#define KERNEL_Q8 kernel_q8_0
+#endif
+ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0_tile, pack_a_q8_0, KERNEL_Q8)
+/* The lookup-table types: their values packed as Q8_0's, Q8_0's kernel. */
+FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, Q8_BIAS)
 static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
     ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 4, TT);
 }
-ENTRY(IQ4_NL, Q8_0, size_q4_0_class, pack_w_lut_iq4_nl, pack_a_q8_0, kernel_q8_0)
-ENTRY(MXFP4, Q8_0, size_q4_0_class, pack_w_lut_mxfp4, pack_a_q8_0, kernel_q8_0)
-ENTRY(IQ4_XS, Q8_K, size_q4_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, kernel_q8_0)
+ENTRY(IQ4_NL, Q8_0, size_q4_0_class, pack_w_lut_iq4_nl, pack_a_q8_0, KERNEL_Q8)
+ENTRY(MXFP4, Q8_0, size_q4_0_class, pack_w_lut_mxfp4, pack_a_q8_0, KERNEL_Q8)
+ENTRY(IQ4_XS, Q8_K, size_q4_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, KERNEL_Q8)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
@@ -552,7 +577,7 @@ ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY(Q5_K, Q8_K, size_k32_mins, pack_w_q5_K, pack_a_k32_sum, kernel_k32_mins)
 ENTRY_RW(Q6_K, q6_K, Q8_K, size_k16_offset, pack_w_q6_K_fast, pack_a_q6_K, kernel_k16_offset)
 
-void ft_avx2_qgemm_fill(struct ft_level *l) {
+void QGEMM_FILL(struct ft_level *l) {
     const struct ft_qgemm **t = l->qgemm;
     t[FT_TYPE_Q8_0] = &g_Q8_0;
     t[FT_TYPE_Q4_0] = &g_Q4_0;
@@ -561,8 +586,8 @@ void ft_avx2_qgemm_fill(struct ft_level *l) {
     t[FT_TYPE_Q5_1] = &g_Q5_1;
     t[FT_TYPE_Q2_K] = &g_Q2_K;
     t[FT_TYPE_Q3_K] = &g_Q3_K;
-    t[FT_TYPE_Q4_K] = ft_k4_int_scales() ? ft_avx2_qgemm_k4(FT_TYPE_Q4_K) : &g_Q4_K;
-    t[FT_TYPE_Q5_K] = ft_k4_int_scales() ? ft_avx2_qgemm_k4(FT_TYPE_Q5_K) : &g_Q5_K;
+    t[FT_TYPE_Q4_K] = ft_k4_int_scales() ? QGEMM_K4(FT_TYPE_Q4_K) : &g_Q4_K;
+    t[FT_TYPE_Q5_K] = ft_k4_int_scales() ? QGEMM_K4(FT_TYPE_Q5_K) : &g_Q5_K;
     t[FT_TYPE_Q6_K] = &g_Q6_K;
     t[FT_TYPE_IQ4_NL] = &g_IQ4_NL;
     t[FT_TYPE_IQ4_XS] = &g_IQ4_XS;

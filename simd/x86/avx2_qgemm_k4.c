@@ -22,6 +22,9 @@
  * Micro-kernel: 8 weight rows x up to 4 tokens, as avx2_qgemm.c's: a ymm
  * holds 4 consecutive quants of each of the 8 rows, a token's 4 activation
  * bytes are broadcast into vpmaddubsw.
+ *
+ * Compiled again with FT_AVX_VNNI for the avx-vnni level (avx_vnni_qgemm_k4.c):
+ * vpdpwssd widens and adds in one (simd/x86/dot256.h), same integers.
  */
 #include "ft/common.h"
 #include "simd/fp16.h"
@@ -29,6 +32,7 @@
 #include "simd/level.h"
 #include "simd/qgemm_pack.h"
 #include "simd/quant_ref.h"
+#include "simd/x86/dot256.h"
 #include "simd/x86/rows8.h"
 
 #include <immintrin.h>
@@ -182,7 +186,7 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
                 }
                 if (gi % widen == widen - 1)
                     FT_UNROLL(16) for (int t = 0; t < NT; t++)
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(sum[t], SC));
+                        acc[t] = ft_madd_add256(acc[t], sum[t], SC);
             }
         }
         const __m256 d = _mm256_loadu_ps((const float *)(const void *)w);
@@ -190,8 +194,8 @@ __attribute__((always_inline)) static inline void kernel_pass(const uint8_t *res
         FT_UNROLL(16) for (int t = 0; t < NT; t++) {
             __m256i m = _mm256_setzero_si256();
             for (int p = 0; p < 4; p++)
-                m = _mm256_add_epi32(m, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + W_MP + 32 * p)),
-                                                          bcast32(a + A_BP + 4 * (p * TT + t0 + t))));
+                m = ft_madd_add256(m, _mm256_loadu_si256((const __m256i *)(const void *)(w + W_MP + 32 * p)),
+                                   bcast32(a + A_BP + 4 * (p * TT + t0 + t)));
             const __m256 f = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(acc[t]), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)));
             float D;
             memcpy(&D, a + A_D + 4 * (t0 + t), 4);
@@ -241,6 +245,10 @@ ENTRY(Q4_K, q4_K)
 ENTRY(Q5_K, q5_K)
 #undef ENTRY
 
+#if FT_AVX_VNNI
+const struct ft_qgemm *ft_avx_vnni_qgemm_k4(enum ft_type t) {
+#else
 const struct ft_qgemm *ft_avx2_qgemm_k4(enum ft_type t) {
+#endif
     return t == FT_TYPE_Q4_K ? &g_Q4_K : t == FT_TYPE_Q5_K ? &g_Q5_K : NULL;
 }

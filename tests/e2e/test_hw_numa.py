@@ -21,7 +21,7 @@ def test_info_hw(ft):
     out = r.stdout.decode()
     for field in ("cpu:", "isa:", "features:", "topology:", "numa 0:", "caches:", "binding:", "placement:"):
         assert field in out, out
-    assert re.search(r"isa:\s+(scalar|avx2|avx512|amx|neon|neon-dotprod|neon-i8mm) kernels in use", out), out
+    assert re.search(r"isa:\s+(scalar|avx2|avx-vnni|avx512|amx|neon|neon-dotprod|neon-i8mm) kernels in use", out), out
     assert re.search(r"L1d \d+ KiB x\d+", out), out
     cores = int(re.search(r"(\d+) cores, (\d+) PUs", out).group(1))
     # Default: one thread per physical core, each on its own core.

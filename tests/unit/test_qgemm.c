@@ -259,10 +259,13 @@ static void check_gemm(enum ft_isa isa, const struct ft_qgemm *g, int64_t k, int
         free(out_packed);
     }
 
-    /* neon-i8mm sums the same integers as neon-dotprod, and amx as avx512,
-     * and each applies the scales in the same order as the level it builds
-     * on: the floats must be identical */
-    const enum ft_isa same_as = isa == FT_ISA_NEON_I8MM ? FT_ISA_NEON_DOTPROD : isa == FT_ISA_AMX ? FT_ISA_AVX512 : isa;
+    /* neon-i8mm sums the same integers as neon-dotprod, amx as avx512 and
+     * avx-vnni as avx2, and each applies the scales in the same order as
+     * the level it builds on: the floats must be identical */
+    const enum ft_isa same_as = isa == FT_ISA_NEON_I8MM   ? FT_ISA_NEON_DOTPROD
+                                : isa == FT_ISA_AMX      ? FT_ISA_AVX512
+                                : isa == FT_ISA_AVX_VNNI ? FT_ISA_AVX2
+                                                         : isa;
     /* except the amx Q4_K/Q5_K entries, whose integer sums take the
      * sub-block scales (amx_qgemm_k4.c): their floats are another order,
      * held to the reference below */
