@@ -242,9 +242,12 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
             ft_type_traits_ref(ref->vec_dot_type)->from_float(act, a + (size_t)i * ar, G_K);
         for (int l = 0; l < FT_ISA_COUNT; l++) {
             const enum ft_isa isa = (enum ft_isa)l;
-            const struct ft_qgemm *g = ft_isa_supported(isa) ? ft_qgemm_get_isa(t, isa) : NULL;
-            if (!g || !in_list(isas, ft_isa_name(isa)))
+            /* the entry a batch of G_TOK takes (a level may switch kernels
+             * by batch size); the repacked columns are its smallest one's */
+            const struct ft_qgemm *head = ft_isa_supported(isa) ? ft_qgemm_get_isa(t, isa) : NULL;
+            if (!head || !in_list(isas, ft_isa_name(isa)))
                 continue;
+            const struct ft_qgemm *g = ft_qgemm_for_tokens(head, G_TOK);
             const size_t ws = g->w_tile_size(G_K), as = g->a_tile_size(G_K);
             const int n_wt = G_ROWS / g->tile_rows, n_at = G_TOK / g->tile_tokens;
             uint8_t *wt = aligned_alloc(64, (ws * (size_t)n_wt + 63) / 64 * 64);
@@ -276,8 +279,16 @@ static void bench_gemm(const char *types, const char *isas, const float *act, do
             const double macs = (double)G_ROWS * G_K * G_TOK;
             printf("%-5s %-13s %9.1f %6.1f%% %14.1f", ft_type_name(t), ft_isa_name(isa), macs / best_kern * 1e-9,
                    100.0 * best_pack / (best_kern * 512 / G_TOK), macs / best_dot * 1e-9);
-            if (g->repack_w)
-                bench_rw(g, w, wr, G_ROWS, G_K, at, a, out, seconds);
+            if (head->repack_w) {
+                if (head != g) { /* its own activation tiles */
+                    free(at);
+                    const size_t hs = head->a_tile_size(G_K), n_ht = G_TOK / head->tile_tokens;
+                    at = aligned_alloc(64, (hs * n_ht + 63) / 64 * 64);
+                    for (size_t i = 0; i < n_ht; i++)
+                        head->pack_a(a + i * head->tile_tokens * ar, ar, head->tile_tokens, G_K, at + i * hs);
+                }
+                bench_rw(head, w, wr, G_ROWS, G_K, at, a, out, seconds);
+            }
             printf("\n");
             fflush(stdout);
             free(wt);

@@ -283,20 +283,71 @@ static inline float sb_dot(const uint8_t *scales, uint16_t dh, uint16_t dminh, c
     return fmaf(f, y->d, acc);
 }
 
+/* Four super-blocks at a time: their S and M reduced together (a quarter
+ * of the horizontal sums per block), the inner step 4-wide, then the four adds into acc in order: the floats
+ * of sb_dot four times. */
+/* s[j]: block j's S in the sum of its 8 lanes; m[j]: its M in the sum of
+ * its 4 lanes. Returns [S0 S1 S2 S3] in *S and [M0 M1 M2 M3] in *M. */
+static inline void ft_k4_reduce4(const __m256i s[4], const __m128i m[4], __m128i *S, __m128i *M) {
+    /* per 128-bit lane [S0 S1 S2 S3], each a half */
+    const __m256i hs = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    *S = _mm_add_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
+    *M = _mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]));
+}
+
+/* acc after four super-blocks with f16 scales d[j], dmin[j], sums S, M
+ * (ft_k4_reduce4) and activations y[0..3]. */
+static inline float ft_k4_finish4(const uint16_t d[4], const uint16_t dmin[4], __m128i S, __m128i M,
+                                  const ft_block_q8_K *y, float acc) {
+    const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)d));
+    const __m128 mv = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)dmin));
+    float f[4];
+    /* fmaf(d, S, -(dmin M)) */
+    _mm_storeu_ps(f, _mm_fmsub_ps(dv, _mm_cvtepi32_ps(S), _mm_mul_ps(mv, _mm_cvtepi32_ps(M))));
+    for (int j = 0; j < 4; j++)
+        acc = fmaf(f[j], y[j].d, acc);
+    return acc;
+}
+
+/* A row: four super-blocks at a time, the rest one by one (Q4_K, one
+ * thread: 38.9 against 30.3 GMAC/s one by one; avx512's dot 35.4). */
 #define DOT(T, QH)                                                                                        \
     static void vec_dot_##T(int64_t n, float *restrict s, const void *restrict vx, const void *restrict vy) { \
         const ft_block_##T *x = vx;                                                                           \
         const ft_block_q8_K *y = vy;                                                                          \
+        const int64_t nb = n / FT_QK_K;                                                                       \
         float acc = 0.0f;                                                                                     \
-        for (int64_t i = 0; i < n / FT_QK_K; i++) {                                                           \
-            for (int o = 0; o < (int)sizeof(x[i]); o += 64)                                                   \
-                _mm_prefetch((const char *)&x[i] + FT_PREFETCH_DIST + o, _MM_HINT_T0);                       \
-            acc = sb_dot(x[i].scales, x[i].d, x[i].dmin, x[i].qs, QH, &y[i], acc);                            \
+        int64_t i = 0;                                                                                        \
+        for (; i + 4 <= nb; i += 4) {                                                                         \
+            __m256i s8[4];                                                                                    \
+            __m128i m4[4];                                                                                    \
+            uint16_t d[4], dmin[4];                                                                           \
+            FT_UNROLL(4)                                                                                      \
+            for (int j = 0; j < 4; j++) {                                                                     \
+                for (int o = 0; o < (int)sizeof(x[i]); o += 64)                                               \
+                    _mm_prefetch((const char *)&x[i + j] + FT_PREFETCH_DIST + o, _MM_HINT_T0);               \
+                __m512i sumi;                                                                                 \
+                __m256i mins;                                                                                 \
+                ft_k4_sums512(x[i + j].scales, x[i + j].qs, QH(i + j), &y[i + j], &sumi, &mins);              \
+                s8[j] = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));   \
+                m4[j] = _mm_add_epi32(_mm256_castsi256_si128(mins), _mm256_extracti128_si256(mins, 1));      \
+                d[j] = x[i + j].d;                                                                            \
+                dmin[j] = x[i + j].dmin;                                                                      \
+            }                                                                                                 \
+            __m128i S, M;                                                                                     \
+            ft_k4_reduce4(s8, m4, &S, &M);                                                                    \
+            acc = ft_k4_finish4(d, dmin, S, M, &y[i], acc);                                                   \
         }                                                                                                     \
+        for (; i < nb; i++)                                                                                   \
+            acc = sb_dot(x[i].scales, x[i].d, x[i].dmin, x[i].qs, QH(i), &y[i], acc);                         \
         *s = acc;                                                                                             \
     }
-DOT(q4_K, NULL)
-DOT(q5_K, x[i].qh)
+#define QH_NONE(i) NULL
+#define QH_Q5(i) x[i].qh
+DOT(q4_K, QH_NONE)
+DOT(q5_K, QH_Q5)
+#undef QH_NONE
+#undef QH_Q5
 #undef DOT
 
 /* ---- entries -------------------------------------------------------------------------- */
