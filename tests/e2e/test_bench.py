@@ -414,22 +414,24 @@ def test_bench_missing_model(ft, tmp_path):
 
 
 def _levels(ft):
-    """The best kernel level here, from the --hw report ("isa: ... (best here: avx512; ...")."""
+    """The best kernel level here, from the --hw report ("isa: ... (best here: avx512; ..."), and
+    whether the CPU has AVX-VNNI (the avx-vnni level, between avx2 and avx512)."""
     out = ft("bench", "--hw").stdout.decode()
-    return re.search(r"best here: ([a-z0-9-]+)", out).group(1)
+    return re.search(r"best here: ([a-z0-9-]+)", out).group(1), re.search(r"\bavx_vnni\b", out) is not None
 
 
 def test_bench_isa_all(ft, tiny_model):
     # --isa all: the same tests once per SIMD level this CPU runs, best first, rows labelled
     # by level (so a higher level slower than a lower one shows in one table)
-    best = _levels(ft)
+    best, vnni = _levels(ft)
     r = ft("bench", "-m", tiny_model, "-r", "1", "-p", "8", "-n", "2", "-np", "1,2", "-t", "1", "--isa", "all",
            "--no-warmup", "-o", "jsonl")
     assert r.returncode == 0, r.stderr
     rows = [json.loads(l) for l in r.stdout.decode().splitlines()]
     levels = list(dict.fromkeys(x["isa"] for x in rows))
     assert levels[0] == best and "scalar" not in levels
-    order = {"amx": ["amx", "avx512", "avx2"], "avx512": ["avx512", "avx2"], "avx2": ["avx2"],
+    x86 = ["amx", "avx512"] + (["avx-vnni"] if vnni else []) + ["avx2"]
+    order = {"amx": x86, "avx512": x86[1:], "avx-vnni": ["avx-vnni", "avx2"], "avx2": ["avx2"],
              "neon-i8mm": ["neon-i8mm", "neon-dotprod", "neon"],
              "neon-dotprod": ["neon-dotprod", "neon"], "neon": ["neon"]}
     if best in order:
@@ -458,6 +460,6 @@ def test_bench_isa_bad(ft, tiny_model, isa):
 
 def test_bench_isa_unsupported(ft, tiny_model):
     # a level this CPU (or build) cannot run is an argument error, named in the message
-    lacking = "neon" if _levels(ft) in ("avx2", "avx512", "amx") else "avx2"
+    lacking = "neon" if _levels(ft)[0] in ("avx2", "avx-vnni", "avx512", "amx") else "avx2"
     r = ft("bench", "-m", tiny_model, "--isa", lacking)
     assert r.returncode == 2 and one_error_line(r) and lacking.encode() in r.stderr
