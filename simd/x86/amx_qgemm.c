@@ -169,7 +169,6 @@ __attribute__((always_inline)) static inline void amx_tile(const uint8_t *restri
 KERNEL(kernel_q8_0_class, 32, 32, 0, 0, 1)  /* Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, IQ4_XS (signed tiles) */
 KERNEL(kernel_q4_1_class, 32, 32, 1, 0, 0)  /* Q4_1, Q5_1 */
 KERNEL(kernel_k32_mins, 32, 256, 1, 0, 0)   /* Q4_K, Q5_K */
-KERNEL(kernel_k16_mins, 16, 256, 1, 0, 0)   /* Q2_K */
 KERNEL(kernel_k16_offset, 16, 256, 0, 0, 1) /* Q3_K (signed tiles) */
 KERNEL(kernel_q6_K_fold, 16, 256, 0, 1, 1)  /* Q6_K (signed tiles; avx512 unpacks its repacked tiles with the scales folded) */
 
@@ -220,7 +219,6 @@ PACK_A(pack_a_q4_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 8)
 PACK_A(pack_a_q5_0, FT_TYPE_Q8_0, 32, 32, FT_QG_X_OFFSET, 16)
 PACK_A(pack_a_q4_1, FT_TYPE_Q8_1, 32, 32, FT_QG_X_S, 0)
 PACK_A(pack_a_k32_sum, FT_TYPE_Q8_K, 32, 256, FT_QG_X_SUM, 0)
-PACK_A(pack_a_k16_sum, FT_TYPE_Q8_K, 16, 256, FT_QG_X_SUM, 0)
 PACK_A(pack_a_q3_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 4)
 PACK_A(pack_a_q6_K, FT_TYPE_Q8_K, 16, 256, FT_QG_X_OFFSET, 32)
 /* IQ4_XS: Q8_K rows in 32-element blocks, for Q8_0's kernel (qgemm_pack.h) */
@@ -273,7 +271,6 @@ void ft_amx_qgemm_fill(struct ft_level *l) {
     set(l, FT_TYPE_Q5_0, pack_a_q5_0, pack_a_q5_0_size, kernel_q8_0_class, pack_w_signed_Q5_0, unpack_rw_signed_Q5_0);
     set(l, FT_TYPE_Q4_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class, NULL, NULL);
     set(l, FT_TYPE_Q5_1, pack_a_q4_1, pack_a_q4_1_size, kernel_q4_1_class, NULL, NULL);
-    set(l, FT_TYPE_Q2_K, pack_a_k16_sum, pack_a_k16_sum_size, kernel_k16_mins, NULL, NULL);
     set(l, FT_TYPE_Q3_K, pack_a_q3_K, pack_a_q3_K_size, kernel_k16_offset, pack_w_signed_Q3_K, unpack_rw_signed_Q3_K);
     set(l, FT_TYPE_Q4_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
     set(l, FT_TYPE_Q5_K, pack_a_k32_sum, pack_a_k32_sum_size, kernel_k32_mins, NULL, NULL);
@@ -281,7 +278,11 @@ void ft_amx_qgemm_fill(struct ft_level *l) {
     set(l, FT_TYPE_IQ4_NL, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_IQ4_NL, unpack_rw_signed_IQ4_NL);
     set(l, FT_TYPE_MXFP4, pack_a_q8_0, pack_a_q8_0_size, kernel_q8_0_class, pack_w_signed_MXFP4, unpack_rw_signed_MXFP4);
     set(l, FT_TYPE_IQ4_XS, pack_a_iq4_xs, pack_a_iq4_xs_size, kernel_q8_0_class, pack_w_signed_IQ4_XS, unpack_rw_signed_IQ4_XS);
-    /* Q4_K, Q5_K: the kernel with the scales in the integers and the
+    /* Q2_K keeps avx512's kernel: its 16-element sub-blocks with scales
+     * and mins leave the tiles' sums to float work that costs as much as
+     * the products (1.24B Q2_K pp512, 2 threads: 304 t/s on the tiles,
+     * 313 on avx512's kernel).
+     * Q4_K, Q5_K: the kernel with the scales in the integers and the
      * one-row dot in its order instead (amx_qgemm_k4.c) */
     ft_amx_k4_fill(l);
 }
