@@ -284,11 +284,12 @@ static inline float sb_dot(const uint8_t *scales, uint16_t dh, uint16_t dminh, c
 }
 
 /* Four super-blocks at a time: their S and M reduced together (a quarter
- * of the horizontal sums per block), the inner step 4-wide, then the four adds into acc in order: the floats
- * of sb_dot four times. */
-/* s[j]: block j's S in the sum of its 8 lanes; m[j]: its M in the sum of
+ * of the horizontal sums per block), the inner step 4-wide, then the four
+ * adds into acc in order: the floats of sb_dot four times.
+ *
+ * s[j]: block j's S in the sum of its 8 lanes; m[j]: its M in the sum of
  * its 4 lanes. Returns [S0 S1 S2 S3] in *S and [M0 M1 M2 M3] in *M. */
-static inline void ft_k4_reduce4(const __m256i s[4], const __m128i m[4], __m128i *S, __m128i *M) {
+static inline void reduce4(const __m256i s[4], const __m128i m[4], __m128i *S, __m128i *M) {
     /* per 128-bit lane [S0 S1 S2 S3], each a half */
     const __m256i hs = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
     *S = _mm_add_epi32(_mm256_castsi256_si128(hs), _mm256_extracti128_si256(hs, 1));
@@ -296,8 +297,8 @@ static inline void ft_k4_reduce4(const __m256i s[4], const __m128i m[4], __m128i
 }
 
 /* acc after four super-blocks with f16 scales d[j], dmin[j], sums S, M
- * (ft_k4_reduce4) and activations y[0..3]. */
-static inline float ft_k4_finish4(const uint16_t d[4], const uint16_t dmin[4], __m128i S, __m128i M,
+ * (reduce4) and activations y[0..3]. */
+static inline float finish4(const uint16_t d[4], const uint16_t dmin[4], __m128i S, __m128i M,
                                   const ft_block_q8_K *y, float acc) {
     const __m128 dv = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)d));
     const __m128 mv = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)dmin));
@@ -335,8 +336,8 @@ static inline float ft_k4_finish4(const uint16_t d[4], const uint16_t dmin[4], _
                 dmin[j] = x[i + j].dmin;                                                                      \
             }                                                                                                 \
             __m128i S, M;                                                                                     \
-            ft_k4_reduce4(s8, m4, &S, &M);                                                                    \
-            acc = ft_k4_finish4(d, dmin, S, M, &y[i], acc);                                                   \
+            reduce4(s8, m4, &S, &M);                                                                          \
+            acc = finish4(d, dmin, S, M, &y[i], acc);                                                         \
         }                                                                                                     \
         for (; i < nb; i++)                                                                                   \
             acc = sb_dot(x[i].scales, x[i].d, x[i].dmin, x[i].qs, QH(i), &y[i], acc);                         \
