@@ -57,19 +57,24 @@
 #define NR 32
 #define KC 1024          /* elements of k per weight slice (64 KiB of B tiles) */
 #define CHUNK_PANELS 44  /* panels of A per pass (528 rows): even, over FT_UBATCH */
-#define MIN_M 16         /* fewer rows: avx512's GEMM (its small-m path, or one panel) */
+/* Fewer rows of A: avx512's GEMM (its small-m path) is faster. One thread,
+ * 2048x8192 and 8192x2048, GFLOP/s tiles vs avx512: BF16 at 8 rows 109-113
+ * vs 87-92, at 6 rows 81-84 vs 100-111; exact F16 (4 tile products per
+ * step) at 16 rows 80-100 vs 97-106, at 20 rows 103-122 vs 95-98. */
+#define MIN_M 8
+#define MIN_M_SPLIT 18
 #define CFG_ID 1000      /* this file's tile configuration (amx_common.h) */
 
 static struct ft_float_kernels g_base; /* the avx512 level's GEMM */
 
-static bool applies(enum ft_type wt, int64_t m) {
-    if (m < MIN_M || !ft_cpu_info()->amx_bf16)
-        return false;
-    return wt == FT_TYPE_BF16 || wt == FT_TYPE_F16;
-}
-
 /* F16 weights, exactly: each fp16 operand as hi + lo in bf16. */
 static bool split_of(enum ft_type wt) { return wt == FT_TYPE_F16 && !ft_float_f16_via_bf16(); }
+
+static bool applies(enum ft_type wt, int64_t m) {
+    if (!ft_cpu_info()->amx_bf16 || (wt != FT_TYPE_BF16 && wt != FT_TYPE_F16))
+        return false;
+    return m >= (split_of(wt) ? MIN_M_SPLIT : MIN_M);
+}
 
 /* A tiles per step of 32 elements. */
 static size_t a_tiles_of(enum ft_type wt) { return split_of(wt) ? 4 : 1; }

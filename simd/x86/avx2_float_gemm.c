@@ -3,18 +3,23 @@
  * float_gemm_impl.h over vec256.h (see there), sized for 16 ymm registers:
  * panels of MR = 6 rows of A, a 6x16 micro-tile in 12 accumulators (2
  * loads of W and 6 broadcasts of A per k), chunks of 86 panels (516 rows).
- * 3 to 5 rows: each weight row streamed once against all rows of A, kept
- * row-major (fewer rows take the vec_dot loop: gemm_min_m). */
+ * 3 to 10 rows: gemm_small (float_gemm_impl.h), each weight row streamed
+ * once against up to 5 rows of A at a time, kept row-major (fewer rows take
+ * the vec_dot loop: gemm_min_m). */
 #include "simd/x86/vec256.h"
 
 #define FT_GEMM_MR 6
 #define FT_GEMM_CHUNK_PANELS 86
 #define FT_GEMM_BF16_PAIRS 0
+/* gemm_small up to 10 rows. One thread, F16 2048x8192 and 8192x2048,
+ * GFLOP/s against the panels: 6 rows 53-54 vs 50-51, 8 rows 56-57 vs
+ * 45-46, 10 rows 62-67 vs 53, 11 rows 53-54 vs 59. */
+#define FT_GEMM_SMALL_M 10
+#define FT_GEMM_SMALL_R 2
+#define FT_GEMM_SMALL_T 5
+#define FT_GEMM_SMALL_SKIP 0
 #include "simd/x86/float_gemm_impl.h"
 
-/* Up to this many rows of A: gemm_small, as on AVX-512 (avx512_float_gemm.c),
- * with 2-row tiles (2 x 5 accumulators + 2 weights + 1 row of A in 16 ymm). */
-#define SMALL_M 5
 
 static size_t gemm_packed_size(enum ft_type wt, int64_t m, int64_t k) {
     if (wt != FT_TYPE_F32 && wt != FT_TYPE_F16 && wt != FT_TYPE_BF16)
@@ -30,54 +35,6 @@ static void gemm_pack(enum ft_type wt, const float *a, int64_t lda, int64_t m, i
         pack_a_rows(wt, a, lda, m, k, p0, p1, packed);
     else
         pack_a_panels(wt, a, lda, m, k, p0, p1, packed, false);
-}
-
-/* ---- up to SMALL_M rows: weight rows streamed once against all rows of A ---- */
-
-static inline __attribute__((always_inline)) void small_tile(enum ft_type wt, const char *w, size_t w_row, int64_t k,
-                                                             int R, int T, const float *a, float *c, int64_t ldc,
-                                                             int rv) {
-    const size_t esz = wt == FT_TYPE_F32 ? 4 : 2;
-    ftv acc[2][SMALL_M];
-    FT_UNROLL(8) for (int r = 0; r < 2; r++) /* all of it: GCC cannot tell R x T covers the reads */
-        FT_UNROLL(8) for (int t = 0; t < SMALL_M; t++)
-            acc[r][t] = ftv_zero();
-    for (int64_t kk = 0; kk < k; kk += FTV_N) {
-        ftv wv[2];
-        FT_UNROLL(8) for (int r = 0; r < R; r++) {
-            const char *wr = w + (size_t)(r < rv ? r : 0) * w_row + (size_t)kk * esz;
-            _mm_prefetch(wr + FT_PREFETCH_DIST, _MM_HINT_T0);
-            wv[r] = load_w(wt, wr, k - kk);
-        }
-        FT_UNROLL(8) for (int t = 0; t < T; t++) {
-            const ftv av = ftv_load_n(a + t * k + kk, k - kk);
-            FT_UNROLL(8) for (int r = 0; r < R; r++)
-                acc[r][t] = ftv_fmadd(wv[r], av, acc[r][t]);
-        }
-    }
-    FT_UNROLL(8) for (int r = 0; r < R; r++)
-        FT_UNROLL(8) for (int t = 0; t < T; t++)
-            if (r < rv)
-                c[t * ldc + r] = ftv_hsum(acc[r][t]);
-}
-
-#define SMALL_CASE(R, T)                                                                                          \
-    case T:                                                                                                       \
-        for (int64_t n = n0; n < n1; n += R)                                                                      \
-            small_tile(wt, (const char *)w + (size_t)n * w_row, w_row, k, R, T, a, c + n, ldc, (int)FT_MIN(R, n1 - n)); \
-        break;
-
-static void gemm_small(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1, const float *a,
-                       int64_t m, float *c, int64_t ldc) {
-    switch (m) {
-        SMALL_CASE(2, 1) /* only reached when called directly (tests): the engine */
-        SMALL_CASE(2, 2) /* takes the vec_dot loop below gemm_min_m = 3 rows */
-        SMALL_CASE(2, 3)
-        SMALL_CASE(2, 4)
-        SMALL_CASE(2, 5)
-    default:
-        break;
-    }
 }
 
 static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,

@@ -12,9 +12,10 @@
  *     machine it ran at half the FMA path's speed (see
  *     ft_avx512_float_gemm_fill_ops). It treats subnormal bf16 as zero,
  *     like the vec_dot_bf16_dp of avx512_quant.c.
- *   - up to 6 rows, gemm_small streams 4 weight rows at a time against all
- *     rows of A, with a prefetch that skips to the next tile at the ends of
- *     rows (AVX2's has 2-row tiles and no skip: each measured on its own).
+ *   - up to 20 rows, gemm_small (float_gemm_impl.h) streams 4 weight rows
+ *     at a time against up to 6 rows of A, with a prefetch that skips to
+ *     the next tile at the ends of rows (AVX2's has 2-row tiles and no
+ *     skip: each measured on its own).
  *
  * Threads split n in multiples of 32 (ft_float_kernels.gemm_nr): each
  * weight is read by one thread, and the packed A is shared read-only. */
@@ -23,13 +24,16 @@
 #define FT_GEMM_MR 12
 #define FT_GEMM_CHUNK_PANELS 43
 #define FT_GEMM_BF16_PAIRS 1
+/* gemm_small up to 20 rows. One thread, F16 2048x8192 and 8192x2048,
+ * GFLOP/s against the panels: 8 rows 87-97 vs 59-62, 12 rows 103-110 vs
+ * 88-92, 16 rows 99-106 vs 76-80, 20 rows 98-103 vs 97-98, 22 rows
+ * 101-105 vs 108-110. */
+#define FT_GEMM_SMALL_M 20
+#define FT_GEMM_SMALL_R 4
+#define FT_GEMM_SMALL_T 6
+#define FT_GEMM_SMALL_SKIP 1
 #include "simd/x86/float_gemm_impl.h"
 
-/* Up to this many rows of A: gemm_small (see there). Measured with a
- * 8192x2048 F16 matrix, one thread: 1 row 3.3 ms (vec_dot loop 3.6), 2 rows
- * 3.4 (4.2), 4 rows 3.6 (6.7); at 8 rows the panel GEMM's 5.5 ms beat the
- * 2-row tiles' 7.1. */
-#define SMALL_M 6
 
 /* ---- the vdpbf16ps layout (float_gemm_impl.h's FT_GEMM_BF16_PAIRS) ---------- */
 
@@ -102,66 +106,6 @@ static void pack_a(enum ft_type wt, const float *a, int64_t lda, int64_t m, int6
         pack_a_rows(wt, a, lda, m, k, p0, p1, packed);
     else
         pack_a_panels(wt, a, lda, m, k, p0, p1, packed, wt == FT_TYPE_BF16 && dp);
-}
-
-/* ---- fewer rows than one panel ------------------------------------------------
- *
- * Up to SMALL_M rows (decode, batched decode of a few sequences) the
- * per-call transpose of every weight slice costs more than the FMAs it
- * feeds, so A is kept row-major (rounded as usual) and each weight row is
- * widened once and dotted with all m rows: R weight rows x T rows of A in
- * R*T accumulators, reduced at the end. Weights stream from memory once
- * (prefetched ahead, as vec_dot does). */
-
-static inline __attribute__((always_inline)) void small_tile(enum ft_type wt, const char *w, size_t w_row, int64_t k,
-                                                             int R, int T, const float *a, int64_t lda, float *c,
-                                                             int64_t ldc, int rv) {
-    const size_t esz = wt == FT_TYPE_F32 ? 4 : 2;
-    ftv acc[4][SMALL_M];
-    FT_UNROLL(8) for (int r = 0; r < R; r++)
-        FT_UNROLL(8) for (int t = 0; t < T; t++)
-            acc[r][t] = ftv_zero();
-    for (int64_t kk = 0; kk < k; kk += FTV_N) {
-        ftv wv[4];
-        /* R rows are R streams side by side: a prefetch that runs past the
-         * end of its row would land in the next row of the tile (already
-         * streaming), so it skips to the same row of the next tile */
-        const size_t skip = (size_t)kk * esz + FT_PREFETCH_DIST >= (size_t)k * esz ? (size_t)(R - 1) * w_row : 0;
-        FT_UNROLL(8) for (int r = 0; r < R; r++) {
-            const char *wr = w + (size_t)(r < rv ? r : 0) * w_row + (size_t)kk * esz;
-            _mm_prefetch(wr + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
-            wv[r] = load_w(wt, wr, k - kk);
-        }
-        FT_UNROLL(8) for (int t = 0; t < T; t++) {
-            const ftv av = ftv_load_n(a + t * lda + kk, k - kk);
-            FT_UNROLL(8) for (int r = 0; r < R; r++)
-                acc[r][t] = ftv_fmadd(wv[r], av, acc[r][t]);
-        }
-    }
-    FT_UNROLL(8) for (int r = 0; r < R; r++)
-        FT_UNROLL(8) for (int t = 0; t < T; t++)
-            if (r < rv)
-                c[t * ldc + r] = ftv_hsum(acc[r][t]);
-}
-
-#define SMALL_CASE(R, T)                                                                                          \
-    case T:                                                                                                       \
-        for (int64_t n = n0; n < n1; n += R)                                                                      \
-            small_tile(wt, (const char *)w + (size_t)n * w_row, w_row, k, R, T, a, k, c + n, ldc, (int)FT_MIN(R, n1 - n)); \
-        break;
-
-static void gemm_small(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1, const float *a,
-                       int64_t m, float *c, int64_t ldc) {
-    switch (m) {
-        SMALL_CASE(4, 1)
-        SMALL_CASE(4, 2)
-        SMALL_CASE(4, 3)
-        SMALL_CASE(4, 4)
-        SMALL_CASE(4, 5)
-        SMALL_CASE(4, 6)
-    default:
-        break;
-    }
 }
 
 static void gemm(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1,

@@ -8,8 +8,14 @@
  *   FT_GEMM_BF16_PAIRS    1 to add AVX-512's vdpbf16ps layout: the file
  *                         then defines pack_w_bf16_pairs, kernel_bf16_dp
  *                         and pack_a_pairs_row (declared below);
- * and keeps what differs in more than width: its path for fewer rows than
- * a panel (gemm_small) and the table entries.
+ *   FT_GEMM_SMALL_M       up to this many rows of A, gemm_small instead of
+ *                         the panels (see there), with
+ *   FT_GEMM_SMALL_R       weight rows per tile,
+ *   FT_GEMM_SMALL_T       rows of A per tile (R x T accumulators + R
+ *                         weights + 1 row of A fit the register file),
+ *   FT_GEMM_SMALL_SKIP    1: a prefetch past the end of a weight row skips
+ *                         to the same row of the next tile;
+ * and keeps what differs in more than width: the table entries.
  *
  *   C (m, n) = A (m, k) W^T,   W: n rows of k weights in their file type.
  *
@@ -45,15 +51,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#if !defined(FT_GEMM_MR) || !defined(FT_GEMM_CHUNK_PANELS) || !defined(FT_GEMM_BF16_PAIRS)
-#error "define FT_GEMM_MR, FT_GEMM_CHUNK_PANELS and FT_GEMM_BF16_PAIRS before including float_gemm_impl.h"
+#if !defined(FT_GEMM_MR) || !defined(FT_GEMM_CHUNK_PANELS) || !defined(FT_GEMM_BF16_PAIRS) ||                     \
+    !defined(FT_GEMM_SMALL_M) || !defined(FT_GEMM_SMALL_R) || !defined(FT_GEMM_SMALL_T) || !defined(FT_GEMM_SMALL_SKIP)
+#error "define FT_GEMM_MR, _CHUNK_PANELS, _BF16_PAIRS and _SMALL_M, _R, _T, _SKIP before including float_gemm_impl.h"
 #endif
 
 #define MR FT_GEMM_MR
 #define NR (2 * FTV_N)
 #define KC 256
 #define CHUNK_PANELS FT_GEMM_CHUNK_PANELS
+#define SMALL_M FT_GEMM_SMALL_M
 _Static_assert(MR <= FTV_N, "a panel is packed from one FTV_N-row transpose");
+_Static_assert(FT_GEMM_SMALL_T >= 1 && FT_GEMM_SMALL_T <= 8, "gemm_small's tiles have 1 to 8 rows of A");
 
 /* FTV_N consecutive weights of a row as f32 (for the vdpbf16ps layout,
  * FTV_N bf16 pairs as raw 32-bit lanes); elements past `valid` are 0. */
@@ -239,6 +248,104 @@ static void gemm_panels(enum ft_type wt, const void *w, size_t w_row, int64_t k,
                 ftv_store_m(ci, m0, ftv_load_a(ctile + i * NR));
                 ftv_store_m(ci + FTV_N, m1, ftv_load_a(ctile + i * NR + FTV_N));
             }
+        }
+    }
+}
+
+/* ---- fewer rows: weight rows streamed against row-major A ------------------
+ *
+ * Up to SMALL_M rows (decode of one sequence or a few) the per-call
+ * transpose of every weight slice costs more than the FMAs it feeds, so A
+ * stays row-major (pack_a_rows) and each weight row is widened once and
+ * dotted with the rows of A: R weight rows x T rows of A in R*T
+ * accumulators, reduced at the end. More rows of A than one tile holds go
+ * in chunks of at most FT_GEMM_SMALL_T over the same R weight rows in turn:
+ * the first chunk streams them from memory (prefetched ahead, as vec_dot
+ * does), the others find them in L1/L2. So 8 sequences decoding together
+ * read each weight once, as 4 do. */
+
+static inline __attribute__((always_inline)) void small_tile(enum ft_type wt, const char *w, size_t w_row, int64_t k,
+                                                             int T, const float *a, float *c, int64_t ldc, int rv) {
+    enum { R = FT_GEMM_SMALL_R };
+    const size_t esz = wt == FT_TYPE_F32 ? 4 : 2;
+    ftv acc[R][FT_GEMM_SMALL_T];
+    FT_UNROLL(8) for (int r = 0; r < R; r++) /* all of it: GCC cannot tell R x T covers the reads */
+        FT_UNROLL(8) for (int t = 0; t < FT_GEMM_SMALL_T; t++)
+            acc[r][t] = ftv_zero();
+    for (int64_t kk = 0; kk < k; kk += FTV_N) {
+        ftv wv[R];
+        /* R rows are R streams side by side: a prefetch that runs past the
+         * end of its row would land in the next row of the tile (already
+         * streaming), so with SKIP it goes to the same row of the next tile */
+        const size_t skip = FT_GEMM_SMALL_SKIP && (size_t)kk * esz + FT_PREFETCH_DIST >= (size_t)k * esz
+                                ? (size_t)(R - 1) * w_row
+                                : 0;
+        FT_UNROLL(8) for (int r = 0; r < R; r++) {
+            const char *wr = w + (size_t)(r < rv ? r : 0) * w_row + (size_t)kk * esz;
+            _mm_prefetch(wr + skip + FT_PREFETCH_DIST, _MM_HINT_T0);
+            wv[r] = load_w(wt, wr, k - kk);
+        }
+        FT_UNROLL(8) for (int t = 0; t < T; t++) {
+            const ftv av = ftv_load_n(a + t * k + kk, k - kk);
+            FT_UNROLL(8) for (int r = 0; r < R; r++)
+                acc[r][t] = ftv_fmadd(wv[r], av, acc[r][t]);
+        }
+    }
+    FT_UNROLL(8) for (int r = 0; r < R; r++)
+        FT_UNROLL(8) for (int t = 0; t < T; t++)
+            if (r < rv)
+                c[t * ldc + r] = ftv_hsum(acc[r][t]);
+}
+
+/* One tile with T (1..FT_GEMM_SMALL_T) rows of A, each T compiled on its own. */
+static void small_tile_rows(enum ft_type wt, const char *w, size_t w_row, int64_t k, int T, const float *a, float *c,
+                            int64_t ldc, int rv) {
+#define SMALL_CASE(N)                                                                                               \
+    case N:                                                                                                         \
+        small_tile(wt, w, w_row, k, N, a, c, ldc, rv);                                                               \
+        break;
+    switch (T) {
+        SMALL_CASE(1)
+#if FT_GEMM_SMALL_T >= 2
+        SMALL_CASE(2)
+#endif
+#if FT_GEMM_SMALL_T >= 3
+        SMALL_CASE(3)
+#endif
+#if FT_GEMM_SMALL_T >= 4
+        SMALL_CASE(4)
+#endif
+#if FT_GEMM_SMALL_T >= 5
+        SMALL_CASE(5)
+#endif
+#if FT_GEMM_SMALL_T >= 6
+        SMALL_CASE(6)
+#endif
+#if FT_GEMM_SMALL_T >= 7
+        SMALL_CASE(7)
+#endif
+#if FT_GEMM_SMALL_T >= 8
+        SMALL_CASE(8)
+#endif
+    default:
+        break;
+    }
+#undef SMALL_CASE
+}
+
+/* m <= SMALL_M rows of A, row-major (a: pack_a_rows), against weight rows
+ * [n0, n1): the chunks of A as even as they can be (8 rows with T = 6:
+ * 4 + 4, not 6 + 2). */
+static void gemm_small(enum ft_type wt, const void *w, size_t w_row, int64_t k, int64_t n0, int64_t n1, const float *a,
+                       int64_t m, float *c, int64_t ldc) {
+    const int64_t chunks = (m + FT_GEMM_SMALL_T - 1) / FT_GEMM_SMALL_T;
+    for (int64_t n = n0; n < n1; n += FT_GEMM_SMALL_R) {
+        const char *wn = (const char *)w + (size_t)n * w_row;
+        const int rv = (int)FT_MIN(FT_GEMM_SMALL_R, n1 - n);
+        for (int64_t i = 0, t0 = 0; i < chunks; i++) {
+            const int T = (int)((m - t0) / (chunks - i));
+            small_tile_rows(wt, wn, w_row, k, T, a + t0 * k, c + t0 * ldc + n, ldc, rv);
+            t0 += T;
         }
     }
 }
