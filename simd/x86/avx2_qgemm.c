@@ -564,31 +564,39 @@ FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, Q8_BIAS)
 static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
     ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 4, TT);
 }
-/* IQ4_NL and MXFP4 by pack_w_q4_0_fast's transposes (the same nibble
- * order), each nibble through the table (XOR Q8_BIAS) with one vpshufb: the
- * tiles of pack_w_lut_iq4_nl / _mxfp4 without a table lookup per byte.
- * qs: the nibbles' offset in the block; e8m0: MXFP4's scale byte instead of
- * a half. */
-static inline void pack_w_lut8(const void *w, size_t w_row, int64_t k, void *tile, const int8_t *kv, size_t bsz,
-                               int qs, int e8m0) {
+/* The lookup-table types by pack_w_q4_0_fast's transposes (each 32-element
+ * sub-block has Q4_0's nibble order), each nibble through the table (XOR
+ * Q8_BIAS) with one vpshufb: the tiles of pack_w_lut_iq4_nl / _mxfp4 /
+ * _iq4_xs without a table lookup per byte. blck, bsz: elements and bytes of
+ * a block; qs: offset of its first sub-block's 16 nibble bytes; scales: its
+ * per-row scales (simd/qgemm_pack.h). Whole tiles of 8 rows only. */
+__attribute__((always_inline)) static inline void pack_w_lut8(const void *w, size_t w_row, int64_t k, void *tile,
+                                                              const int8_t *kv, int blck, size_t bsz, int qs,
+                                                              ft_qg_scales_fn scales) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i lut = _mm256_broadcastsi128_si256(
         _mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)kv), _mm_set1_epi8((char)Q8_BIAS)));
-    const size_t sb = ft_qg_sb_bytes(TR, 32, 0);
+    const int nsub = blck / 32;
     uint8_t *o = tile;
-    for (int64_t b = 0; b < k / 32; b++, o += sb) {
+    for (int64_t b = 0; b < k / blck; b++) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)bsz;
-        __m256i t[4];
-        ft_rows8_dwords4(p + qs, w_row, t);
-        for (int j = 0; j < 4; j++) {
-            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), _mm256_shuffle_epi8(lut, _mm256_and_si256(t[j], m4)));
-            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 + j)),
-                                _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4)));
+        float S[8][TR], row_s[8], row_m[8];
+        for (int r = 0; r < TR; r++) {
+            scales(p + (size_t)r * w_row, row_s, row_m);
+            for (int s = 0; s < nsub; s++)
+                S[s][r] = row_s[s];
         }
-        float d[TR];
-        for (int r = 0; r < TR; r++)
-            d[r] = e8m0 ? ft_e8m0_to_fp32_half(p[(size_t)r * w_row]) : ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row));
-        memcpy(o + 32 * TR, d, sizeof(d));
+        for (int s = 0; s < nsub; s++, o += ft_qg_sb_bytes(TR, 32, 0)) {
+            __m256i t[4];
+            ft_rows8_dwords4(p + qs + 16 * s, w_row, t);
+            for (int j = 0; j < 4; j++) {
+                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j),
+                                    _mm256_shuffle_epi8(lut, _mm256_and_si256(t[j], m4)));
+                _mm256_storeu_si256((__m256i *)(void *)(o + 32 * (4 + j)),
+                                    _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(t[j], 4), m4)));
+            }
+            memcpy(o + 32 * TR, S[s], sizeof(S[s]));
+        }
     }
 }
 
@@ -596,19 +604,26 @@ static void pack_w_iq4_nl_fast(const void *w, size_t w_row, int n_rows, int64_t 
     if (n_rows < TR)
         pack_w_lut_iq4_nl(w, w_row, n_rows, k, tile);
     else
-        pack_w_lut8(w, w_row, k, tile, ft_qg_kv_iq4nl, sizeof(ft_block_iq4_nl), 2, 0);
+        pack_w_lut8(w, w_row, k, tile, ft_qg_kv_iq4nl, 32, sizeof(ft_block_iq4_nl), 2, ft_qg_scales_d0);
 }
 
 static void pack_w_mxfp4_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
     if (n_rows < TR)
         pack_w_lut_mxfp4(w, w_row, n_rows, k, tile);
     else
-        pack_w_lut8(w, w_row, k, tile, ft_qg_kv_mxfp4, sizeof(ft_block_mxfp4), 1, 1);
+        pack_w_lut8(w, w_row, k, tile, ft_qg_kv_mxfp4, 32, sizeof(ft_block_mxfp4), 1, ft_qg_scales_mxfp4);
+}
+
+static void pack_w_iq4_xs_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (n_rows < TR)
+        pack_w_lut_iq4_xs(w, w_row, n_rows, k, tile);
+    else
+        pack_w_lut8(w, w_row, k, tile, ft_qg_kv_iq4nl, FT_QK_K, sizeof(ft_block_iq4_xs), 8, ft_qg_scales_iq4_xs);
 }
 
 ENTRY(IQ4_NL, Q8_0, size_q4_0_class, pack_w_iq4_nl_fast, pack_a_q8_0, KERNEL_Q8)
 ENTRY(MXFP4, Q8_0, size_q4_0_class, pack_w_mxfp4_fast, pack_a_q8_0, KERNEL_Q8)
-ENTRY(IQ4_XS, Q8_K, size_q4_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, KERNEL_Q8)
+ENTRY(IQ4_XS, Q8_K, size_q4_0_class, pack_w_iq4_xs_fast, pack_a_iq4_xs, KERNEL_Q8)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)

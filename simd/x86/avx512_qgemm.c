@@ -611,34 +611,43 @@ FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, 0x80)
 static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
     ft_qg_pack_a_q8_K_32(a, a_row, n_tok, k, tile, 128, 4, TT);
 }
-/* IQ4_NL and MXFP4 as pack_w_q4_0 packs Q4_0 (the same nibble order), each
- * nibble through the table (XOR 0x80) with one vpshufb: the tiles of
- * pack_w_lut_iq4_nl / _mxfp4 without a table lookup per byte, which at 4
- * tokens cost more than the products (decode of 4 streams ran at half the
- * speed of one). qs: the nibbles' offset in the block; e8m0: MXFP4's scale
- * byte instead of a half. */
-static inline void pack_w_lut16(const void *w, size_t w_row, int n_rows, int64_t k, void *tile, const int8_t *kv,
-                                size_t bsz, int qs, int e8m0) {
+/* The lookup-table types as pack_w_q4_0 packs Q4_0 (each 32-element
+ * sub-block has Q4_0's nibble order), each nibble through the table (XOR
+ * 0x80) with one vpshufb: the tiles of pack_w_lut_iq4_nl / _mxfp4 /
+ * _iq4_xs without a table lookup per byte, which at 4 tokens cost more than
+ * the products (decode of 4 streams ran at half the speed of one). blck,
+ * bsz: elements and bytes of a block; qs: offset of its first sub-block's
+ * 16 nibble bytes; scales: its per-row scales (simd/qgemm_pack.h), or NULL
+ * for a half at the block's start, gathered and widened 16 rows at once
+ * (scalar per row it cost IQ4_NL's 4-stream decode 30%). */
+__attribute__((always_inline)) static inline void pack_w_lut16(const void *w, size_t w_row, int n_rows, int64_t k,
+                                                               void *tile, const int8_t *kv, int blck, size_t bsz,
+                                                               int qs, ft_qg_scales_fn scales) {
     const struct ft_rows16 r = ft_rows16(w_row, n_rows);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i lut =
         _mm512_broadcast_i32x4(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)kv), _mm_set1_epi8(-128)));
+    const int nsub = blck / 32;
     uint8_t *o = tile;
-    for (int64_t b = 0; b < k / 32; b++, o += ft_qg_sb_bytes(TR, 32, 0)) {
+    for (int64_t b = 0; b < k / blck; b++) {
         const uint8_t *p = (const uint8_t *)w + b * (int64_t)bsz;
-        for (int j = 0; j < 4; j++) { /* missing rows stay 0, as the portable packer leaves them */
-            const __m512i v = ft_gather16(r, p + qs + 4 * j);
-            store(o + 64 * j, _mm512_maskz_mov_epi32(r.m, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4))));
-            store(o + 64 * (4 + j),
-                  _mm512_maskz_mov_epi32(r.m, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4))));
+        float S[8][TR], row_s[8], row_m[8];
+        if (scales) {
+            memset(S, 0, sizeof(S));
+            for (int i = 0; i < n_rows; i++) {
+                scales(p + (size_t)i * w_row, row_s, row_m);
+                for (int s = 0; s < nsub; s++)
+                    S[s][i] = row_s[s];
+            }
         }
-        if (e8m0) {
-            float d[TR] = {0};
-            for (int i = 0; i < n_rows; i++)
-                d[i] = ft_e8m0_to_fp32_half(p[(size_t)i * w_row]);
-            storef(o + 512, _mm512_loadu_ps(d));
-        } else {
-            storef(o + 512, ft_half_lo16(ft_gather16(r, p)));
+        for (int s = 0; s < nsub; s++, o += ft_qg_sb_bytes(TR, 32, 0)) {
+            for (int j = 0; j < 4; j++) { /* missing rows stay 0, as the portable packer leaves them */
+                const __m512i v = ft_gather16(r, p + qs + 16 * s + 4 * j);
+                store(o + 64 * j, _mm512_maskz_mov_epi32(r.m, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4))));
+                store(o + 64 * (4 + j), _mm512_maskz_mov_epi32(
+                                            r.m, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi32(v, 4), m4))));
+            }
+            storef(o + 512, scales ? _mm512_loadu_ps(S[s]) : ft_half_lo16(ft_gather16(r, p)));
         }
     }
 }
@@ -647,19 +656,27 @@ static void pack_w_iq4_nl(const void *w, size_t w_row, int n_rows, int64_t k, vo
     if (!ft_rows16_fit(w_row))
         pack_w_lut_iq4_nl(w, w_row, n_rows, k, tile);
     else
-        pack_w_lut16(w, w_row, n_rows, k, tile, ft_qg_kv_iq4nl, sizeof(ft_block_iq4_nl), 2, 0);
+        pack_w_lut16(w, w_row, n_rows, k, tile, ft_qg_kv_iq4nl, 32, sizeof(ft_block_iq4_nl), 2, NULL);
 }
 
 static void pack_w_mxfp4(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
     if (!ft_rows16_fit(w_row))
         pack_w_lut_mxfp4(w, w_row, n_rows, k, tile);
     else
-        pack_w_lut16(w, w_row, n_rows, k, tile, ft_qg_kv_mxfp4, sizeof(ft_block_mxfp4), 1, 1);
+        pack_w_lut16(w, w_row, n_rows, k, tile, ft_qg_kv_mxfp4, 32, sizeof(ft_block_mxfp4), 1, ft_qg_scales_mxfp4);
+}
+
+static void pack_w_iq4_xs(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (!ft_rows16_fit(w_row))
+        pack_w_lut_iq4_xs(w, w_row, n_rows, k, tile);
+    else
+        pack_w_lut16(w, w_row, n_rows, k, tile, ft_qg_kv_iq4nl, FT_QK_K, sizeof(ft_block_iq4_xs), 8,
+                     ft_qg_scales_iq4_xs);
 }
 
 ENTRY(IQ4_NL, Q8_0, size_q8_0_class, pack_w_iq4_nl, pack_a_q8_0, kernel_q8_0_class)
 ENTRY(MXFP4, Q8_0, size_q8_0_class, pack_w_mxfp4, pack_a_q8_0, kernel_q8_0_class)
-ENTRY(IQ4_XS, Q8_K, size_q8_0_class, pack_w_lut_iq4_xs, pack_a_iq4_xs, kernel_q8_0_class)
+ENTRY(IQ4_XS, Q8_K, size_q8_0_class, pack_w_iq4_xs, pack_a_iq4_xs, kernel_q8_0_class)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q8_0_class, pack_w_q4_0, pack_a_q4_0, kernel_q8_0_class)
 ENTRY(Q5_0, Q8_0, size_q8_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q8_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
