@@ -52,6 +52,13 @@
  * cache: vec_dot/GEMM time at 4 tokens Q4_0 1.5x but Q4_K 0.5x; at 8
  * tokens Q4_0 2.0x, Q4_K 1.6x, Q6_K 1.4x. */
 #define MIN_TOKENS 8
+/* From 4 tokens for the types whose tiles are packed by transposes and
+ * vpshufb (Q8_0 and the lookup-table types: ENTRY4). Decode of 4 streams,
+ * 1.24B, 2 threads, t/s GEMM vs vec_dot: avx2 Q8_0 37.3 vs 30.1, IQ4_NL
+ * 44.8 vs 36.4, IQ4_XS 42.4 vs 39.3; avx-vnni Q8_0 44.3 vs 30.1, IQ4_NL
+ * 55.9 vs 36.8, IQ4_XS 51.7 vs 40.4. The types packed byte by byte lose
+ * there (Q2_K 34.5 vs 52.9, Q5_1 19.6 vs 29.0, Q4_1 28.6 vs 36.3). */
+#define MIN_TOKENS_FAST_PACK 4
 
 
 static inline __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ft_qg_ld32(p)); }
@@ -510,14 +517,17 @@ SIZES(size_k32_mins, 32, 256, 1)
 SIZES(size_k16_mins, 16, 256, 1)
 SIZES(size_k16_offset, 16, 256, 0)
 
-#define ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER)                                                         \
-    .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,                  \
-    .min_tokens = MIN_TOKENS, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
+#define ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER, MT)                                                 \
+    .type = FT_TYPE_##T, .act_type = FT_TYPE_##ACT, .tile_rows = TR, .tile_tokens = TT,              \
+    .min_tokens = MT, .w_tile_size = SZ##_w, .a_tile_size = SZ##_a, .pack_w = PW, .pack_a = PA, \
     .kernel = KER
-#define ENTRY(T, ACT, SZ, PW, PA, KER) static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER)};
+#define ENTRY(T, ACT, SZ, PW, PA, KER)                                                                      \
+    static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER, MIN_TOKENS)};
+#define ENTRY4(T, ACT, SZ, PW, PA, KER)                                                                     \
+    static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER, MIN_TOKENS_FAST_PACK)};
 /* A type repacked at load: its functions are named after t (q4_0: rw_size_q4_0, ...). */
 #define ENTRY_RW(T, t, ACT, SZ, PW, PA, KER)                                                                \
-    static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER), .rw_tile_size = rw_size_##t, \
+    static const struct ft_qgemm g_##T = {ENTRY_FIELDS(T, ACT, SZ, PW, PA, KER, MIN_TOKENS), .rw_tile_size = rw_size_##t, \
                                           .repack_w = repack_w_##t, .kernel_rw = kernel_rw_##t,              \
                                           .rw_row = rw_row_##t, .unpack_rw = unpack_rw_##t,                  \
                                           .a1_tile_size = a1_size_##t, .pack_a1 = pack_a1_##t,                \
@@ -558,7 +568,7 @@ static void pack_w_q8_0_tile(const void *w, size_t w_row, int n_rows, int64_t k,
 #else
 #define KERNEL_Q8 kernel_q8_0
 #endif
-ENTRY(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0_tile, pack_a_q8_0, KERNEL_Q8)
+ENTRY4(Q8_0, Q8_0, size_q4_0_class, pack_w_q8_0_tile, pack_a_q8_0, KERNEL_Q8)
 /* The lookup-table types: their values packed as Q8_0's, Q8_0's kernel. */
 FT_QG_PACK_W_LUT(pack_w_lut_, TR, 4, Q8_BIAS)
 static void pack_a_iq4_xs(const void *a, size_t a_row, int n_tok, int64_t k, void *tile) {
@@ -621,9 +631,9 @@ static void pack_w_iq4_xs_fast(const void *w, size_t w_row, int n_rows, int64_t 
         pack_w_lut8(w, w_row, k, tile, ft_qg_kv_iq4nl, FT_QK_K, sizeof(ft_block_iq4_xs), 8, ft_qg_scales_iq4_xs);
 }
 
-ENTRY(IQ4_NL, Q8_0, size_q4_0_class, pack_w_iq4_nl_fast, pack_a_q8_0, KERNEL_Q8)
-ENTRY(MXFP4, Q8_0, size_q4_0_class, pack_w_mxfp4_fast, pack_a_q8_0, KERNEL_Q8)
-ENTRY(IQ4_XS, Q8_K, size_q4_0_class, pack_w_iq4_xs_fast, pack_a_iq4_xs, KERNEL_Q8)
+ENTRY4(IQ4_NL, Q8_0, size_q4_0_class, pack_w_iq4_nl_fast, pack_a_q8_0, KERNEL_Q8)
+ENTRY4(MXFP4, Q8_0, size_q4_0_class, pack_w_mxfp4_fast, pack_a_q8_0, KERNEL_Q8)
+ENTRY4(IQ4_XS, Q8_K, size_q4_0_class, pack_w_iq4_xs_fast, pack_a_iq4_xs, KERNEL_Q8)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
 ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
 ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
