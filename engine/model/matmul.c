@@ -15,7 +15,7 @@
  *            kernel (uses_gemv), so the reference level agrees with it bit
  *            for bit.
  *   GEMM     batches of at least the GEMM's min_tokens (4 on AVX-512; on
- *            AVX2 4 for Q8_0 and the lookup-table types, 8 for the rest)
+ *            AVX2 4 for the types packed vector-wise, 8 for Q2_K/Q3_K)
  *            when the level has one for the type (include/ft/qgemm.h):
  *            activations are packed into tiles of 8 tokens once, then each
  *            thread takes panels of a few weight tiles (16 rows each on

@@ -52,12 +52,13 @@
  * cache: vec_dot/GEMM time at 4 tokens Q4_0 1.5x but Q4_K 0.5x; at 8
  * tokens Q4_0 2.0x, Q4_K 1.6x, Q6_K 1.4x. */
 #define MIN_TOKENS 8
-/* From 4 tokens for the types whose tiles are packed by transposes and
- * vpshufb (Q8_0 and the lookup-table types: ENTRY4). Decode of 4 streams,
- * 1.24B, 2 threads, t/s GEMM vs vec_dot: avx2 Q8_0 37.3 vs 30.1, IQ4_NL
- * 44.8 vs 36.4, IQ4_XS 42.4 vs 39.3; avx-vnni Q8_0 44.3 vs 30.1, IQ4_NL
- * 55.9 vs 36.8, IQ4_XS 51.7 vs 40.4. The types packed byte by byte lose
- * there (Q2_K 34.5 vs 52.9, Q5_1 19.6 vs 29.0, Q4_1 28.6 vs 36.3). */
+/* From 4 tokens for the types whose tiles are packed vector-wise (Q8_0,
+ * Q4_1, Q5_0, Q5_1 and the lookup-table types: ENTRY4). Decode of 4
+ * streams, 1.24B, 2 threads, t/s GEMM vs vec_dot: avx2 Q8_0 37.3 vs 30.1,
+ * IQ4_NL 44.8 vs 36.4, IQ4_XS 42.4 vs 39.3, Q4_1 43.4 vs 37.2, Q5_0 36.6 vs
+ * 25.3, Q5_1 32.4 vs 31.2; avx-vnni Q8_0 44.3 vs 30.1, IQ4_NL 55.9 vs
+ * 36.8, Q5_0 39.9 vs 26.3. The types packed byte by byte lose there (Q2_K
+ * 34.5 vs 52.9). */
 #define MIN_TOKENS_FAST_PACK 4
 
 
@@ -635,9 +636,64 @@ ENTRY4(IQ4_NL, Q8_0, size_q4_0_class, pack_w_iq4_nl_fast, pack_a_q8_0, KERNEL_Q8
 ENTRY4(MXFP4, Q8_0, size_q4_0_class, pack_w_mxfp4_fast, pack_a_q8_0, KERNEL_Q8)
 ENTRY4(IQ4_XS, Q8_K, size_q4_0_class, pack_w_iq4_xs_fast, pack_a_iq4_xs, KERNEL_Q8)
 ENTRY_RW(Q4_0, q4_0, Q8_0, size_q4_0_class, pack_w_q4_0_fast, pack_a_q4_0, kernel_q4_0_class)
-ENTRY(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0, pack_a_q5_0, kernel_q4_0_class)
-ENTRY(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1, pack_a_q4_1, kernel_q4_1_class)
-ENTRY(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1, pack_a_q4_1, kernel_q4_1_class)
+/* Q4_1, Q5_0, Q5_1: the shared group functions of simd/qgemm_pack.h applied
+ * to 8 rows at once (GCC vector extensions: each lane one row's 4 bytes,
+ * loaded one row at a time; vpgatherdd is slower on Zen 3), d (and m) per
+ * row. The tiles are the portable packer's; whole tiles of 8 rows only. */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+static inline v8u load_rows8(size_t w_row, const uint8_t *p) {
+    return (v8u)_mm256_setr_epi32((int)ft_qg_ld32(p), (int)ft_qg_ld32(p + w_row), (int)ft_qg_ld32(p + 2 * w_row),
+                                  (int)ft_qg_ld32(p + 3 * w_row), (int)ft_qg_ld32(p + 4 * w_row),
+                                  (int)ft_qg_ld32(p + 5 * w_row), (int)ft_qg_ld32(p + 6 * w_row),
+                                  (int)ft_qg_ld32(p + 7 * w_row));
+}
+#define LD_ROWS8(c, p) load_rows8(c, p)
+FT_QG_DEFINE_GROUPS(vgroup_, v8u, size_t, LD_ROWS8)
+
+__attribute__((always_inline)) static inline void pack_w_rows8(const void *w, size_t w_row, int64_t k, void *tile,
+                                                               int mins, size_t bytes,
+                                                               v8u (*group)(size_t, const uint8_t *, int)) {
+    const size_t sb = ft_qg_sb_bytes(TR, 32, mins);
+    uint8_t *o = tile;
+    for (int64_t b = 0; b < k / 32; b++, o += sb) {
+        const uint8_t *p = (const uint8_t *)w + b * (int64_t)bytes;
+        FT_UNROLL(8) for (int j = 0; j < 8; j++)
+            _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), (__m256i)group(w_row, p, j));
+        float S[TR], M[TR];
+        for (int r = 0; r < TR; r++) {
+            S[r] = ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row));
+            M[r] = ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row + 2));
+        }
+        memcpy(o + 32 * TR, S, sizeof(S));
+        if (mins)
+            memcpy(o + 32 * TR + 4 * TR, M, sizeof(M));
+    }
+}
+
+static void pack_w_q4_1_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (n_rows < TR)
+        pack_w_q4_1(w, w_row, n_rows, k, tile);
+    else
+        pack_w_rows8(w, w_row, k, tile, 1, sizeof(ft_block_q4_1), vgroup_q4_1);
+}
+
+static void pack_w_q5_0_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (n_rows < TR)
+        pack_w_q5_0(w, w_row, n_rows, k, tile);
+    else
+        pack_w_rows8(w, w_row, k, tile, 0, sizeof(ft_block_q5_0), vgroup_q5_0);
+}
+
+static void pack_w_q5_1_fast(const void *w, size_t w_row, int n_rows, int64_t k, void *tile) {
+    if (n_rows < TR)
+        pack_w_q5_1(w, w_row, n_rows, k, tile);
+    else
+        pack_w_rows8(w, w_row, k, tile, 1, sizeof(ft_block_q5_1), vgroup_q5_1);
+}
+
+ENTRY4(Q5_0, Q8_0, size_q4_0_class, pack_w_q5_0_fast, pack_a_q5_0, kernel_q4_0_class)
+ENTRY4(Q4_1, Q8_1, size_q4_1_class, pack_w_q4_1_fast, pack_a_q4_1, kernel_q4_1_class)
+ENTRY4(Q5_1, Q8_1, size_q4_1_class, pack_w_q5_1_fast, pack_a_q4_1, kernel_q4_1_class)
 ENTRY(Q2_K, Q8_K, size_k16_mins, pack_w_q2_K, pack_a_k16_sum, kernel_k16_mins)
 ENTRY(Q3_K, Q8_K, size_k16_offset, pack_w_q3_K, pack_a_q3_K, kernel_k16_offset)
 ENTRY(Q4_K, Q8_K, size_k32_mins, pack_w_q4_K, pack_a_k32_sum, kernel_k32_mins)
