@@ -660,13 +660,14 @@ __attribute__((always_inline)) static inline void pack_w_rows8(const void *w, si
         FT_UNROLL(8) for (int j = 0; j < 8; j++)
             _mm256_storeu_si256((__m256i *)(void *)(o + 32 * j), (__m256i)group(w_row, p, j));
         float S[TR], M[TR];
-        for (int r = 0; r < TR; r++) {
+        for (int r = 0; r < TR; r++)
             S[r] = ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row));
-            M[r] = ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row + 2));
-        }
         memcpy(o + 32 * TR, S, sizeof(S));
-        if (mins)
+        if (mins) {
+            for (int r = 0; r < TR; r++)
+                M[r] = ft_half_to_float(ft_qg_ld16(p + (size_t)r * w_row + 2));
             memcpy(o + 32 * TR + 4 * TR, M, sizeof(M));
+        }
     }
 }
 

@@ -184,7 +184,7 @@ static void test_gemm(enum ft_isa isa, const struct ft_float_kernels *fk) {
     }
     CHECK(fk->gemm_packed_size(FT_TYPE_Q8_0, 16, 64) == 0); /* quantized types are not its business */
     static const enum ft_type types[] = {FT_TYPE_F32, FT_TYPE_F16, FT_TYPE_BF16};
-    /* around every path's bounds: gemm_small's chunks (avx2 to 10 rows, avx512 to 20), amx from 16 (18 for F16) */
+    /* around every path's bounds: gemm_small's chunks (avx2 to 10 rows, avx512 to 20), amx from 8 (BF16) and 18 (F16) */
     static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 16, 17, 18, 20, 21, 40};
     static const int64_t ks[] = {16, 33, 64, 300, 530};
     static const int64_t ns[] = {1, 31, 32, 70};
